@@ -1,0 +1,28 @@
+# `make run` and `make test` do all set-up on a fresh machine (see README.md).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+RUN_ARGS ?=
+
+.PHONY: install run test bench clean
+
+$(STAMP): requirements.txt setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/edgemesh train --layout layouts/digits_uneven.yaml --model vgg --dataset digits --steps 300 $(RUN_ARGS)
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+bench: install
+	$(BIN)/python bench/uneven_split.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info
