@@ -1,0 +1,54 @@
+"""Architectures as plain data, interpreted by the mtf builder (``mesh_model``) and the plain-TF
+builder (``plain_tf``), so both build exactly the same network with the same initial weights."""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSpec:
+    """One layer.
+
+    kind: "conv" (3x3 SAME conv + bias + ReLU, then 2x2 max-pool if ``pool``), "res" (residual
+      block of two 3x3 convs with ``units`` equal to its input channels), "dense" (+ bias, ReLU
+      unless ``relu`` is False). The first dense layer flattens its input.
+    name: the layer's name; it is also the name of its splittable output dim (filters or units).
+      A "res" block has two splittable dims, ``name + "a"`` and ``name + "b"``.
+    """
+
+    kind: str
+    name: str
+    units: int
+    pool: bool = False
+    relu: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """A CNN for ``image_shape`` = (H, W, C) inputs and ``num_classes`` outputs."""
+
+    name: str
+    image_shape: tuple[int, int, int]
+    num_classes: int
+    layers: tuple[LayerSpec, ...]
+
+    def split_dims(self) -> dict[str, int]:
+        """Dims a layout may split (besides "batch"): {dim name: size}."""
+        dims = {}
+        for layer in self.layers:
+            if layer.kind == "res":
+                dims[layer.name + "a"] = layer.units
+                dims[layer.name + "b"] = layer.units
+            else:
+                dims[layer.name] = layer.units
+        return dims
+
+    def dims(self, batch_size: int) -> dict[str, int]:
+        return {"batch": batch_size, **self.split_dims()}
+
+
+def init_seed(seed: int, var_name: str) -> int:
+    """Op-level seed of a variable's initializer: depends on the name only, never on op order, so
+    every layout (and the plain-TF model) starts from identical weights."""
+    return (zlib.crc32(var_name.encode()) + 7919 * seed) % (2 ** 31 - 1)
