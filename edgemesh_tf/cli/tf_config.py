@@ -1,0 +1,38 @@
+"""`edgemesh tf-config`: one TF_CONFIG JSON per device of a cluster file, plus its start command.
+
+    edgemesh tf-config --cluster layouts/edge4.yaml --out_dir runs/tf_config
+    # then on each host:  TF_CONFIG="$(cat runs/tf_config/edge0.json)" edgemesh server
+"""
+import json
+import os
+import sys
+
+from absl import flags
+
+from edgemesh_tf.cluster import spec, tf_config
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("cluster", None, "Cluster file (YAML).")
+flags.DEFINE_string("out_dir", None, "Write <device>.json and <device>.sh here (default: print only).")
+
+
+def main(argv):
+    del argv
+    if not FLAGS.cluster:
+        sys.exit("edgemesh tf-config: --cluster FILE is required")
+    try:
+        cluster = spec.load_cluster(FLAGS.cluster)
+    except spec.ClusterFileError as e:
+        sys.exit("edgemesh tf-config: %s" % e)
+    if FLAGS.out_dir:
+        os.makedirs(FLAGS.out_dir, exist_ok=True)
+    for d in cluster.devices:
+        config = tf_config.tf_config(cluster, d)
+        command = tf_config.server_command(cluster, d)
+        if FLAGS.out_dir:
+            with open(os.path.join(FLAGS.out_dir, d.name + ".json"), "w") as f:
+                json.dump(config, f, indent=1)
+            with open(os.path.join(FLAGS.out_dir, d.name + ".sh"), "w") as f:
+                f.write("#!/bin/sh\n# Start %s (%s) on %s.\nexec env %s\n" % (d.name, d.device_string, d.host, command))
+            os.chmod(os.path.join(FLAGS.out_dir, d.name + ".sh"), 0o755)
+        print("# %s  %s  %s\n%s" % (d.name, d.device_string, d.address, command))

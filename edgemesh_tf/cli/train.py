@@ -1,0 +1,44 @@
+"""`edgemesh train`: train a reference CNN under a layout over local CPU devices.
+
+    edgemesh train --layout layouts/digits_uneven.yaml --model vgg --dataset digits --steps 300 --seed 0
+
+Prints one JSON line per step ({"step", "loss", "examples_per_sec"}) and a final line with the
+held-out accuracy.
+"""
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("layout", "layouts/digits_uneven.yaml", "Layout file (YAML/JSON), see layouts/.")
+flags.DEFINE_enum("model", "vgg", ["vgg", "resnet"], "Reference model.")
+flags.DEFINE_enum("dataset", "digits", ["digits", "cifar10", "mnist", "synthetic"], "Dataset.")
+flags.DEFINE_string("data_path", None, "Directory holding the cifar10 / mnist files (nothing is downloaded).")
+flags.DEFINE_integer("steps", 300, "Train until this global step.", lower_bound=1)
+flags.DEFINE_integer("batch_size", 32, "Global batch size (split by the layout's batch sizes).", lower_bound=1)
+flags.DEFINE_float("learning_rate", 0.02, "SGD learning rate.", lower_bound=0.0)
+flags.DEFINE_float("momentum", 0.9, "Momentum.", lower_bound=0.0)
+flags.DEFINE_integer("seed", 0, "Seed for weights and data order.")
+flags.DEFINE_string("checkpoint_dir", None, "Save here at the end (and every --checkpoint_every); resume from it.")
+flags.DEFINE_integer("checkpoint_every", 0, "Steps between checkpoints (0: only at the end).", lower_bound=0)
+flags.DEFINE_integer("eval_every", 100, "Steps between held-out evaluations (0: only at the end).", lower_bound=0)
+flags.DEFINE_integer("intra_op_threads", 1, "TF intra-op threads per process.", lower_bound=1)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise SystemExit("edgemesh train: unexpected arguments %s" % argv[1:])
+    from edgemesh_tf.data import load_dataset
+    from edgemesh_tf.mesh.layout import load_layout
+    from edgemesh_tf.models import get_model
+    from edgemesh_tf.train.loop import train
+
+    try:
+        layout = load_layout(FLAGS.layout)
+        data = load_dataset(FLAGS.dataset, FLAGS.data_path)
+        spec = get_model(FLAGS.model, data.image_shape, data.num_classes)
+        layout.validate(spec.dims(FLAGS.batch_size))
+    except ValueError as e:
+        raise SystemExit("edgemesh train: %s" % e)
+    train(spec, data, layout, steps=FLAGS.steps, batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
+          momentum=FLAGS.momentum, seed=FLAGS.seed, checkpoint_dir=FLAGS.checkpoint_dir,
+          checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every,
+          intra_op_threads=FLAGS.intra_op_threads)

@@ -1,0 +1,64 @@
+"""A `tf.distribute.Server` for one task, kept alive until SIGTERM/SIGINT."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from typing import Mapping
+
+from absl import logging
+
+
+def parse_tf_config(text: str | None = None) -> dict:
+    """TF_CONFIG from `text` (JSON, or a path to a JSON file) or the TF_CONFIG environment variable."""
+    text = os.environ.get("TF_CONFIG", "") if text is None else text
+    if not text:
+        raise ValueError("no TF_CONFIG: set the TF_CONFIG environment variable or pass --tf_config")
+    if not text.lstrip().startswith("{"):
+        with open(text) as f:
+            text = f.read()
+    config = json.loads(text)
+    try:
+        job, index = config["task"]["type"], int(config["task"]["index"])
+        tasks = config["cluster"][job]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError("TF_CONFIG needs cluster.{job} and task.{type,index}: %r" % (config,)) from e
+    if not 0 <= index < len(tasks):
+        raise ValueError("TF_CONFIG task index %d out of range for job %r with %d tasks" % (index, job, len(tasks)))
+    return config
+
+
+def start_server(config: Mapping, intra_op_threads: int = 0, inter_op_threads: int = 0):
+    """Starts the server of TF_CONFIG's task; returns the tf.distribute.Server.
+
+    TF binds the task's port on all interfaces of the network namespace (it hard-codes 0.0.0.0), so
+    the emulator runs each server in its own namespace.
+    """
+    import tensorflow as tf
+
+    session_config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=intra_op_threads, inter_op_parallelism_threads=inter_op_threads)
+    return tf.distribute.Server(
+        tf.train.ClusterSpec(dict(config["cluster"])), job_name=config["task"]["type"],
+        task_index=int(config["task"]["index"]), config=session_config, start=True)
+
+
+def serve_until_signal(config: Mapping, ready_file: str | None = None, **threads) -> int:
+    """Runs the server until SIGTERM or SIGINT; returns the exit code (0)."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stop.set())
+    t0 = time.monotonic()
+    server = start_server(config, **threads)
+    task = "/job:%s/task:%d" % (config["task"]["type"], int(config["task"]["index"]))
+    logging.info("server ready: %s at %s (pid %d, %.1f s)", task, server.target, os.getpid(), time.monotonic() - t0)
+    if ready_file:
+        with open(ready_file + ".tmp", "w") as f:
+            f.write(server.target)
+        os.replace(ready_file + ".tmp", ready_file)
+    while not stop.wait(1.0):
+        pass
+    logging.info("server %s stopping on signal", task)
+    return 0

@@ -1,0 +1,99 @@
+"""Training in one process over local CPU devices under any layout, with checkpoint and resume."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Callable
+
+import numpy as np
+
+from edgemesh_tf.data import Dataset, batches
+from edgemesh_tf.mesh.build import session_config
+from edgemesh_tf.mesh.compat import tf
+from edgemesh_tf.mesh.layout import Layout, local_devices
+from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.train.graph import TrainGraph, build_train_graph
+
+
+def evaluate(sess: tf.Session, g: TrainGraph, x: np.ndarray, y: np.ndarray) -> float:
+    """Accuracy (0..1) of the current weights on all of (x, y); the last batch is padded."""
+    correct = 0
+    b = g.batch_size
+    for start in range(0, len(x), b):
+        xb, yb = x[start:start + b], y[start:start + b]
+        n = len(xb)
+        if n < b:
+            xb = np.concatenate([xb, np.zeros((b - n,) + xb.shape[1:], xb.dtype)])
+            yb = np.concatenate([yb, np.zeros(b - n, yb.dtype)])
+        logits = sess.run(g.logits, {g.images: xb, g.labels: yb})
+        correct += int(np.sum(np.argmax(logits[:n], axis=1) == yb[:n]))
+    return correct / max(1, len(x))
+
+
+def restore_or_init(sess: tf.Session, g: TrainGraph, checkpoint_dir: str | None) -> int:
+    """Restores the latest checkpoint in ``checkpoint_dir`` if any; returns the step to start at."""
+    latest = tf.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+    if latest:
+        g.saver.restore(sess, latest)
+    else:
+        sess.run(g.init_op)
+    sess.run(g.copy_masters_to_slices)
+    return int(sess.run(g.global_step))
+
+
+def save(sess: tf.Session, g: TrainGraph, checkpoint_dir: str) -> str:
+    """Writes whole (master) tensors, so the checkpoint restores under any layout."""
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    sess.run(g.copy_slices_to_masters)
+    return g.saver.save(sess, os.path.join(checkpoint_dir, "model.ckpt"), global_step=g.global_step)
+
+
+def train(spec: ModelSpec, data: Dataset, layout: Layout, *, steps: int, batch_size: int = 32,
+          learning_rate: float = 0.02, momentum: float = 0.9, seed: int = 0, checkpoint_dir: str | None = None,
+          checkpoint_every: int = 0, eval_every: int = 0, intra_op_threads: int = 1,
+          emit: Callable[[dict], None] = lambda rec: print(json.dumps(rec), flush=True)) -> dict:
+    """Trains until global step ``steps`` (resuming from ``checkpoint_dir``); returns the final record.
+
+    Emits one record per step: step, loss, examples_per_sec (and accuracy every ``eval_every``
+    steps), then a final record with the held-out accuracy. Batches are a function of (seed, step),
+    so a resumed run sees the same data as an uninterrupted one.
+    """
+    layout.validate(available_devices=local_devices(_device_count(layout)))
+    g = build_train_graph(spec, layout, batch_size, learning_rate=learning_rate, momentum=momentum, seed=seed)
+    config = session_config(_device_count(layout), intra_op_threads)
+    with tf.Session(graph=g.graph, config=config) as sess:
+        start = restore_or_init(sess, g, checkpoint_dir)
+        stream = batches(data.train_x, data.train_y, batch_size, seed)
+        for _ in range(start):
+            next(stream)
+        losses = []
+        t_start = time.perf_counter()
+        for step in range(start, steps):
+            xb, yb = next(stream)
+            t0 = time.perf_counter()
+            loss, _ = sess.run([g.loss, g.train_op], {g.images: xb, g.labels: yb})
+            dt = time.perf_counter() - t0
+            if not np.isfinite(loss):
+                raise FloatingPointError("loss became %s at step %d; lower --learning_rate" % (loss, step + 1))
+            losses.append(float(loss))
+            rec = {"step": step + 1, "loss": float(loss), "examples_per_sec": round(batch_size / dt, 1)}
+            if eval_every and (step + 1) % eval_every == 0:
+                rec["accuracy"] = round(evaluate(sess, g, data.test_x, data.test_y), 4)
+            emit(rec)
+            if checkpoint_dir and checkpoint_every and (step + 1) % checkpoint_every == 0:
+                save(sess, g, checkpoint_dir)
+        elapsed = time.perf_counter() - t_start
+        if checkpoint_dir:
+            save(sess, g, checkpoint_dir)
+        final = {"final": True, "steps": steps, "accuracy": round(evaluate(sess, g, data.test_x, data.test_y), 4),
+                 "loss": losses[-1] if losses else None, "losses": losses,
+                 "examples_per_sec": round(batch_size * len(losses) / elapsed, 1) if losses else None}
+        emit({k: v for k, v in final.items() if k != "losses"})
+        return final
+
+
+def _device_count(layout: Layout) -> int:
+    """In-process CPU devices needed: the highest CPU index the layout names, plus one."""
+    idx = [int(d.rsplit(":", 1)[1]) for d in layout.devices if d.upper().rsplit(":", 2)[-2].endswith("CPU")]
+    return max(idx) + 1 if idx else 1
