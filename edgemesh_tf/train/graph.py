@@ -51,15 +51,19 @@ class _Placer:
 
 
 def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learning_rate: float = 0.05,
-                      momentum: float = 0.9, seed: int = 0, master_device: str | None = None) -> TrainGraph:
+                      momentum: float = 0.9, seed: int = 0, master_device: str | None = None,
+                      mesh_impl=None) -> TrainGraph:
     """Builds the model, its loss and one SGD-with-momentum step under ``layout``.
 
     Args:
       master_device: where whole (master) variables live; defaults to the layout's first device.
+      mesh_impl: overrides the lowering implementation (benchmarks compare mtf's stock one);
+        ``layout`` then only names the master device.
     Raises:
       ValueError: the layout does not fit the model (names the dim/device and the expected value).
     """
-    layout.validate(spec.dims(batch_size))
+    if mesh_impl is None:
+        layout.validate(spec.dims(batch_size))
     graph = tf.Graph()
     with graph.as_default():
         tf.set_random_seed(seed)
@@ -76,7 +80,7 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
         with tf.variable_scope("momentum"):
             slots = [mtf.get_variable(mesh, v.name.replace("/", "_"), v.shape, initializer=tf.zeros_initializer(),
                                       trainable=False) for v in weights]
-        mesh_impl = mesh_impl_for(layout)
+        mesh_impl = mesh_impl or mesh_impl_for(layout)
         check_tensor_layouts(mtf_graph, mesh_impl)
         lowering = UnevenLowering(mtf_graph, {mesh: mesh_impl})
 

@@ -1,0 +1,115 @@
+"""Cost of edgemesh's uneven lowering against the same work written by hand in plain TF.
+
+    python bench/uneven_split.py [--steps 40] [--batch 64] [--model vgg]
+
+Builds, on the same two in-process CPU devices, one training step (forward, backward, momentum
+update) of the reference model on 32x32x3 synthetic images, five ways:
+  plain_tf            unsplit, plain TF (tf.train.MomentumOptimizer)
+  plain_tf_53         filters of every layer split 5:3 by hand: kernel split by sizes, one conv per
+                      device, concat (what a user writes without edgemesh)
+  edgemesh_unsplit    edgemesh, one device
+  edgemesh_53         edgemesh, every layer's filters split 5:3 (uneven lowering)
+  virtual_processors  mtf's stock PlacementMeshImpl faking 5:3 with 8 virtual processors (5+3)
+The configurations are measured side by side: rounds of a few steps each, interleaved, so the
+shared machine's noise hits all of them alike. Prints one JSON object with per-config median
+step times (ms) and the ratios.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from edgemesh_tf.mesh.build import mesh_impl_for, session_config
+from edgemesh_tf.mesh.compat import mtf, placement_mesh_impl, tf
+from edgemesh_tf.mesh.layout import Layout, local_devices
+from edgemesh_tf.models import get_model
+from edgemesh_tf.models.plain_tf import PlainModel
+from edgemesh_tf.train.graph import build_train_graph
+
+
+def _five_three(size: int) -> tuple[int, int]:
+    a = round(size * 5 / 8)
+    return a, size - a
+
+
+def plain_step(spec, batch, splits, devices, seed=0):
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.set_random_seed(seed)
+        with tf.device(devices[0]):
+            x = tf.placeholder(tf.float32, [batch, *spec.image_shape])
+            y = tf.placeholder(tf.int32, [batch])
+        model = PlainModel(spec, seed, splits=splits, devices=devices)
+        with tf.device(devices[0]):
+            loss = model.loss(x, y)
+            step = tf.train.MomentumOptimizer(0.01, 0.9).minimize(loss)
+        init = tf.global_variables_initializer()
+    sess = tf.Session(graph=graph, config=session_config(2))
+    sess.run(init)
+    return sess, lambda feed: sess.run([loss, step], {x: feed[0], y: feed[1]})
+
+
+def mesh_step(spec, batch, layout, mesh_impl=None):
+    g = build_train_graph(spec, layout, batch, learning_rate=0.01, mesh_impl=mesh_impl)
+    sess = tf.Session(graph=g.graph, config=session_config(2))
+    sess.run(g.init_op)
+    sess.run(g.copy_masters_to_slices)
+    return sess, lambda feed: sess.run([g.loss, g.train_op], {g.images: feed[0], g.labels: feed[1]})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=40, help="measured steps per configuration (>= 30)")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--model", default="vgg")
+    ap.add_argument("--round", type=int, default=5, help="steps per configuration per round")
+    args = ap.parse_args()
+    spec = get_model(args.model, (32, 32, 3), 10)
+    devices = local_devices(2)
+    dims = spec.split_dims()
+    splits = {name: _five_three(size) for name, size in dims.items()}
+    rules = tuple((name, "model") for name in dims)
+    uneven = Layout(mesh=(("model", 2),), devices=tuple(devices), rules=rules, sizes=tuple(splits.items()))
+    single = Layout(mesh=(("model", 1),), devices=(devices[0],))
+    virtual = placement_mesh_impl.PlacementMeshImpl(
+        mtf.Shape([mtf.Dimension("model", 8)]), mtf.LayoutRules([r for r in rules if dims[r[0]] % 8 == 0]), [devices[0]] * 5 + [devices[1]] * 3)
+    configs = {
+        "plain_tf": plain_step(spec, args.batch, {}, devices),
+        "plain_tf_53": plain_step(spec, args.batch, splits, devices),
+        "edgemesh_unsplit": mesh_step(spec, args.batch, single),
+        "edgemesh_53": mesh_step(spec, args.batch, uneven),
+        "virtual_processors": mesh_step(spec, args.batch, single, mesh_impl=virtual),
+    }
+    rng = np.random.RandomState(0)
+    feed = (rng.rand(args.batch, *spec.image_shape).astype(np.float32), rng.randint(0, 10, args.batch).astype(np.int32))
+    times = {k: [] for k in configs}
+    for _, run in configs.values():  # warm-up: graph optimisation and first allocations
+        for _ in range(3):
+            run(feed)
+    while min(len(t) for t in times.values()) < args.steps:
+        for name, (_, run) in configs.items():
+            for _ in range(args.round):
+                t0 = time.perf_counter()
+                run(feed)
+                times[name].append((time.perf_counter() - t0) * 1e3)
+    for sess, _ in configs.values():
+        sess.close()
+    med = {k: statistics.median(v) for k, v in times.items()}
+    out = {
+        "model": args.model, "batch": args.batch, "image_shape": list(spec.image_shape), "devices": 2,
+        "split": {k: list(v) for k, v in splits.items()}, "steps_per_config": len(times["plain_tf"]),
+        "median_step_ms": {k: round(v, 2) for k, v in med.items()},
+        "uneven_over_plain_tf": round(med["edgemesh_53"] / med["plain_tf_53"], 3),
+        "unsplit_over_plain_tf": round(med["edgemesh_unsplit"] / med["plain_tf"], 3),
+        "virtual_processors_over_edgemesh": round(med["virtual_processors"] / med["edgemesh_53"], 3),
+    }
+    print(json.dumps(out))
+    return out
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

@@ -1,0 +1,98 @@
+"""CPU limits through the cgroup cpu controller: v1 (`cpu.cfs_quota_us`) or v2 (`cpu.max`).
+
+Groups are named `em-<run>-<device>` directly under the controller's root, so a later launcher can
+find and remove them. Quotas are in cores (1.0 = one CPU for the whole period).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+V1_ROOT = "/sys/fs/cgroup/cpu"
+V2_ROOT = "/sys/fs/cgroup"
+PREFIX = "em-"
+DEFAULT_PERIOD_US = 10_000  # short period: a throttled process waits at most ~10 ms
+
+
+def detect() -> str | None:
+    """'v1', 'v2' or None (no writable cpu controller)."""
+    if os.path.exists(os.path.join(V1_ROOT, "cpu.cfs_quota_us")) and os.access(V1_ROOT, os.W_OK):
+        return "v1"
+    controllers = os.path.join(V2_ROOT, "cgroup.controllers")
+    if os.path.exists(controllers) and os.access(V2_ROOT, os.W_OK):
+        with open(controllers) as f:
+            if "cpu" in f.read().split():
+                return "v2"
+    return None
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+class CpuGroup:
+    """One cgroup with a CPU quota (cores) over a period (µs)."""
+
+    def __init__(self, name: str, version: str):
+        if not name.startswith(PREFIX):
+            raise ValueError("cgroup names must start with %r: %r" % (PREFIX, name))
+        self.name, self.version = name, version
+        self.path = os.path.join(V1_ROOT if version == "v1" else V2_ROOT, name)
+
+    def create(self) -> "CpuGroup":
+        if self.version == "v2":
+            # The cpu controller must be enabled for children of the root group.
+            try:
+                _write(os.path.join(V2_ROOT, "cgroup.subtree_control"), "+cpu")
+            except OSError:
+                pass
+        os.makedirs(self.path, exist_ok=True)
+        return self
+
+    def set_quota(self, cores: float | None, period_us: int = DEFAULT_PERIOD_US) -> None:
+        """Limits the group to `cores` CPUs (None = unlimited)."""
+        quota = -1 if cores is None else max(1000, int(round(cores * period_us)))
+        if self.version == "v1":
+            # Lower the quota before shortening the period: the kernel rejects quota > parent's.
+            _write(os.path.join(self.path, "cpu.cfs_quota_us"), "-1")
+            _write(os.path.join(self.path, "cpu.cfs_period_us"), str(period_us))
+            _write(os.path.join(self.path, "cpu.cfs_quota_us"), str(quota))
+        else:
+            _write(os.path.join(self.path, "cpu.max"), "%s %d" % ("max" if quota < 0 else quota, period_us))
+
+    def add(self, pid: int) -> None:
+        """Moves a whole process (all its threads) into the group."""
+        _write(os.path.join(self.path, "cgroup.procs"), str(pid))
+
+    def pids(self) -> list[int]:
+        try:
+            with open(os.path.join(self.path, "cgroup.procs")) as f:
+                return [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            return []
+
+
+def remove(path: str, timeout_s: float = 10.0) -> str | None:
+    """rmdir a cgroup once its processes have exited; returns an error message or None."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.rmdir(path)
+            return None
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                return "rmdir %s: %s (waited %.0f s for its processes to exit)" % (path, e, timeout_s)
+            time.sleep(0.05)
+
+
+def list_groups() -> list[str]:
+    """Paths of all `em-` groups under the v1 and v2 roots."""
+    out = []
+    for root in (V1_ROOT, V2_ROOT):
+        if os.path.isdir(root):
+            out += [os.path.join(root, n) for n in sorted(os.listdir(root)) if n.startswith(PREFIX)]
+    return out

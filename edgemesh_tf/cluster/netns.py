@@ -1,0 +1,146 @@
+"""Network namespaces, veth pairs and `tbf` rate limits for emulated devices (needs root).
+
+Addressing (the one place it is defined): all emulated links use 10.213.0.0/16. A running cluster
+owns one slot S (0..255), i.e. 10.213.S.0/24; its device i (0..63) gets the /30 at 10.213.S.4i with
+  10.213.S.(4i+1)  host end of the veth, in the root namespace: the device's *public* address,
+                   where the delaying forwarder listens for the device's port;
+  10.213.S.(4i+2)  namespace end: the TF server itself (TF binds all interfaces of its namespace).
+Every process (client in the root namespace, servers in any namespace) reaches device i at its
+public address: from a namespace the packet leaves through its own veth (its upload limit) and is
+delivered locally in the root namespace, so no IP forwarding or NAT is needed. The forwarder then
+connects to the namespace end through device i's veth (its download limit).
+
+Resource names: namespace `em-<run>-<device>`, veth `em<run><i>h` (host) / `em<run><i>n`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import subprocess
+
+from absl import logging
+
+SUPERNET = ipaddress.ip_network("10.213.0.0/16")
+PREFIX = "em"
+MAX_DEVICES_PER_SLOT = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """The emulated link of one device. Rates in Mbit/s (None = unlimited)."""
+
+    netns: str
+    host_if: str
+    ns_if: str
+    host_ip: str
+    ns_ip: str
+    bandwidth_mbit: float | None
+
+
+def addresses(slot: int, index: int) -> tuple[str, str]:
+    """(host_ip, ns_ip) of device `index` in `slot`."""
+    if not 0 <= slot <= 255 or not 0 <= index < MAX_DEVICES_PER_SLOT:
+        raise ValueError("slot %d / device index %d out of range" % (slot, index))
+    base = int(SUPERNET.network_address) + slot * 256 + 4 * index
+    return str(ipaddress.ip_address(base + 1)), str(ipaddress.ip_address(base + 2))
+
+
+def link_for(run_id: str, slot: int, index: int, device: str, bandwidth_mbit: float | None) -> Link:
+    host_ip, ns_ip = addresses(slot, index)
+    return Link(netns="%s-%s-%s" % (PREFIX, run_id, device), host_if="%s%s%dh" % (PREFIX, run_id, index),
+                ns_if="%s%s%dn" % (PREFIX, run_id, index), host_ip=host_ip, ns_ip=ns_ip,
+                bandwidth_mbit=bandwidth_mbit)
+
+
+def run(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = (["ip", "netns", "exec", netns] if netns else []) + list(args)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    if check and p.returncode != 0:
+        raise RuntimeError("command failed (%d): %s: %s" % (p.returncode, " ".join(cmd), p.stderr.strip()))
+    return p
+
+
+def tbf_args(rate_mbit: float) -> list[str]:
+    """tbf with a burst of >= 2 ms of traffic (veth sends GSO super-packets up to 64 KiB) and a
+    queue of ~50 ms, enough for TCP to keep the link full without adding much delay."""
+    rate_bytes = rate_mbit * 1e6 / 8
+    burst = int(max(64 * 1024, rate_bytes * 0.002))
+    limit = int(burst + rate_bytes * 0.05)
+    return ["tbf", "rate", "%dkbit" % round(rate_mbit * 1000), "burst", str(burst), "limit", str(limit)]
+
+
+def create(link: Link) -> None:
+    """Creates namespace, veth pair, addresses, default route and tbf in both directions."""
+    run("ip", "netns", "add", link.netns)
+    run("ip", "link", "add", link.host_if, "type", "veth", "peer", "name", link.ns_if, "netns", link.netns)
+    run("ip", "addr", "add", link.host_ip + "/30", "dev", link.host_if)
+    run("ip", "link", "set", link.host_if, "up")
+    run("ip", "link", "set", "lo", "up", netns=link.netns)
+    run("ip", "addr", "add", link.ns_ip + "/30", "dev", link.ns_if, netns=link.netns)
+    run("ip", "link", "set", link.ns_if, "up", netns=link.netns)
+    run("ip", "route", "add", "default", "via", link.host_ip, netns=link.netns)
+    if link.bandwidth_mbit:
+        # Host-end egress = the device's download, namespace-end egress = its upload.
+        run("tc", "qdisc", "add", "dev", link.host_if, "root", *tbf_args(link.bandwidth_mbit))
+        run("tc", "qdisc", "add", "dev", link.ns_if, "root", *tbf_args(link.bandwidth_mbit), netns=link.netns)
+
+
+def namespace_pids(netns: str) -> list[int]:
+    p = run("ip", "netns", "pids", netns, check=False)
+    return [int(x) for x in p.stdout.split()] if p.returncode == 0 else []
+
+
+def destroy(netns: str, host_if: str) -> list[str]:
+    """Removes the veth (with its qdiscs) and the namespace; returns errors instead of raising."""
+    errors = []
+    if link_exists(host_if):
+        p = run("ip", "link", "del", host_if, check=False)
+        if p.returncode != 0 and link_exists(host_if):
+            errors.append("ip link del %s: %s" % (host_if, p.stderr.strip()))
+    if netns in list_namespaces():
+        p = run("ip", "netns", "del", netns, check=False)
+        if p.returncode != 0:
+            errors.append("ip netns del %s: %s" % (netns, p.stderr.strip()))
+    return errors
+
+
+def link_exists(name: str) -> bool:
+    return run("ip", "link", "show", "dev", name, check=False).returncode == 0
+
+
+def list_namespaces(prefix: str = PREFIX + "-") -> list[str]:
+    p = run("ip", "netns", "list", check=False)
+    return [line.split()[0] for line in p.stdout.splitlines() if line.startswith(prefix)]
+
+
+def list_links(prefix: str = PREFIX) -> list[str]:
+    p = run("ip", "-o", "link", "show", check=False)
+    names = [line.split(":")[1].strip().split("@")[0] for line in p.stdout.splitlines() if ":" in line]
+    return [n for n in names if n.startswith(prefix)]
+
+
+def used_slots() -> set[int]:
+    """Slots whose /24 has an address on some interface of the root namespace."""
+    p = run("ip", "-o", "-4", "addr", "show", check=False)
+    slots = set()
+    for line in p.stdout.splitlines():
+        for word in line.split():
+            if "/" in word:
+                try:
+                    ip = ipaddress.ip_interface(word).ip
+                except ValueError:
+                    continue
+                if ip in SUPERNET:
+                    slots.add((int(ip) - int(SUPERNET.network_address)) // 256)
+    return slots
+
+
+def available() -> bool:
+    """True if we may create namespaces (root with `ip` and `tc`)."""
+    import os
+    import shutil
+
+    ok = os.geteuid() == 0 and shutil.which("ip") is not None and shutil.which("tc") is not None
+    if not ok:
+        logging.info("network namespaces unavailable (need root, ip and tc)")
+    return ok

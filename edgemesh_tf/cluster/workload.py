@@ -1,0 +1,32 @@
+"""The fixed conv workload that defines "compute speed" (calibration and bench/emulation.py)."""
+from __future__ import annotations
+
+# batch 16 of 32x32x32 activations, two 3x3 conv layers with 32 filters: ~0.6 GFLOP per step,
+# ~60 ms on one unthrottled core of this machine.
+BATCH, SIZE, CHANNELS, LAYERS = 64, 32, 32, 2
+WORKLOAD_ID = "conv%dx%dx%dx%d-b%d" % (LAYERS, SIZE, SIZE, CHANNELS, BATCH)
+
+
+def build(tf, device: str | None = None):
+    """Builds the workload in the current graph; returns an op whose run is one step."""
+    with tf.compat.v1.device(device):
+        # Stateful random inputs: constants would be folded away by grappler.
+        x = tf.random.uniform([BATCH, SIZE, SIZE, CHANNELS])
+        for _ in range(LAYERS):
+            k = tf.random.uniform([3, 3, CHANNELS, CHANNELS], -0.1, 0.1)
+            x = tf.nn.relu(tf.nn.conv2d(x, k, strides=1, padding="SAME"))
+        return tf.reduce_sum(x)
+
+
+def time_steps(session, op, steps: int, warmup: int = 2) -> list[float]:
+    """Wall time of each of `steps` runs (s), after `warmup` untimed runs."""
+    import time
+
+    for _ in range(warmup):
+        session.run(op)
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        session.run(op)
+        times.append(time.perf_counter() - t)
+    return times
