@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 
 V1_ROOT = "/sys/fs/cgroup/cpu"
 V2_ROOT = "/sys/fs/cgroup"
 PREFIX = "em-"
+_NAME_RE = re.compile(r"^em-([0-9a-f]{4}|calib)-")
 DEFAULT_PERIOD_US = 10_000  # short period: a throttled process waits at most ~10 ms
 
 
@@ -62,6 +64,14 @@ class CpuGroup:
         else:
             _write(os.path.join(self.path, "cpu.max"), "%s %d" % ("max" if quota < 0 else quota, period_us))
 
+    def set_priority(self, weight: float = 8.0) -> None:
+        """`weight` x the default CPU weight: the device gets its whole quota even when unrelated
+        processes keep the machine busy (the quota still caps it)."""
+        if self.version == "v1":
+            _write(os.path.join(self.path, "cpu.shares"), str(int(1024 * weight)))
+        else:
+            _write(os.path.join(self.path, "cpu.weight"), str(min(10000, int(100 * weight))))
+
     def add(self, pid: int) -> None:
         """Moves a whole process (all its threads) into the group."""
         _write(os.path.join(self.path, "cgroup.procs"), str(pid))
@@ -94,5 +104,5 @@ def list_groups() -> list[str]:
     out = []
     for root in (V1_ROOT, V2_ROOT):
         if os.path.isdir(root):
-            out += [os.path.join(root, n) for n in sorted(os.listdir(root)) if n.startswith(PREFIX)]
+            out += [os.path.join(root, n) for n in sorted(os.listdir(root)) if _NAME_RE.match(n)]
     return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import subprocess
 
 from absl import logging
@@ -108,15 +109,21 @@ def link_exists(name: str) -> bool:
     return run("ip", "link", "show", "dev", name, check=False).returncode == 0
 
 
-def list_namespaces(prefix: str = PREFIX + "-") -> list[str]:
+_NETNS_RE = re.compile(r"^%s-[0-9a-f]{4}-" % PREFIX)
+_LINK_RE = re.compile(r"^%s[0-9a-f]{4}[0-9]{1,2}[hn]$" % PREFIX)
+
+
+def list_namespaces() -> list[str]:
+    """Our namespaces (named em-<run>-<device>)."""
     p = run("ip", "netns", "list", check=False)
-    return [line.split()[0] for line in p.stdout.splitlines() if line.startswith(prefix)]
+    return [line.split()[0] for line in p.stdout.splitlines() if _NETNS_RE.match(line)]
 
 
-def list_links(prefix: str = PREFIX) -> list[str]:
-    p = run("ip", "-o", "link", "show", check=False)
+def list_links() -> list[str]:
+    """Our veths in the root namespace (named em<run><i>h; never a NIC that merely starts with em)."""
+    p = run("ip", "-o", "link", "show", "type", "veth", check=False)
     names = [line.split(":")[1].strip().split("@")[0] for line in p.stdout.splitlines() if ":" in line]
-    return [n for n in names if n.startswith(prefix)]
+    return [n for n in names if _LINK_RE.match(n)]
 
 
 def used_slots() -> set[int]:

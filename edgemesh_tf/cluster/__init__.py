@@ -1,0 +1,20 @@
+"""Cluster files, TF_CONFIG per device, TF servers, and an emulated heterogeneous testbed.
+
+Names are imported lazily so that helper processes (`python -m edgemesh_tf.cluster.forwarder`)
+start without loading the rest.
+"""
+import importlib
+
+_EXPORTS = {
+    "ClusterFile": "spec", "ClusterFileError": "spec", "Device": "spec", "load_cluster": "spec",
+    "parse_cluster": "spec", "cluster_spec_dict": "tf_config", "server_command": "tf_config",
+    "tf_config": "tf_config", "EmulatedCluster": "emulator", "EmulatedDevice": "emulator", "down": "emulator",
+    "emulated_cluster": "emulator", "up": "emulator",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    return getattr(importlib.import_module("edgemesh_tf.cluster." + _EXPORTS[name]), name)
