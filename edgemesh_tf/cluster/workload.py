@@ -7,15 +7,20 @@ BATCH, SIZE, CHANNELS, LAYERS = 64, 32, 32, 2
 WORKLOAD_ID = "conv%dx%dx%dx%d-b%d" % (LAYERS, SIZE, SIZE, CHANNELS, BATCH)
 
 
-def build(tf, device: str | None = None):
-    """Builds the workload in the current graph; returns an op whose run is one step."""
+def build(tf, device: str | None = None, steps: int = 1):
+    """Builds the workload in the current graph; returns an op whose run is `steps` steps, one
+    after the other (several steps per run keep a remote device's network round trip small)."""
     with tf.compat.v1.device(device):
-        # Stateful random inputs: constants would be folded away by grappler.
-        x = tf.random.uniform([BATCH, SIZE, SIZE, CHANNELS])
-        for _ in range(LAYERS):
-            k = tf.random.uniform([3, 3, CHANNELS, CHANNELS], -0.1, 0.1)
-            x = tf.nn.relu(tf.nn.conv2d(x, k, strides=1, padding="SAME"))
-        return tf.reduce_sum(x)
+        total = tf.constant(0.0)
+        for _ in range(steps):
+            # Stateful random inputs: constants would be folded away by grappler. Adding 0*total
+            # chains the steps so they run in sequence.
+            x = tf.random.uniform([BATCH, SIZE, SIZE, CHANNELS]) + 0.0 * total
+            for _ in range(LAYERS):
+                k = tf.random.uniform([3, 3, CHANNELS, CHANNELS], -0.1, 0.1)
+                x = tf.nn.relu(tf.nn.conv2d(x, k, strides=1, padding="SAME"))
+            total = total + tf.reduce_sum(x)
+        return total
 
 
 def time_steps(session, op, steps: int, warmup: int = 2) -> list[float]:

@@ -9,7 +9,7 @@ fake 5:3 with 8 slices was measured 2-3x slower).
 Equal slices are assumed in more places than ``slice_shape``; each is handled here:
 ``slice_begin``, ``allsplit``, ``broadcast_impl``, ``random``, ``make_slices``, ``LaidOutVariable``,
 ``Lowering.verify_slice_shapes`` and the lowerings of ``Constant``, ``OneHotOperation``, the conv
-backprop-input/filter ops and ``ReshapeOperation`` (``UNEVEN_LOWERINGS``). ``allconcat`` and
+backprop-input/filter ops and ``ReshapeOperation`` (``UNEVEN_LOWERINGS``, which also fixes mtf's max-pool gradient on ties). ``allconcat`` and
 ``allreduce`` rings work unchanged. Halo exchange (``receive``/shift), ``alltoall`` with uneven
 sizes, ``TopK`` and while loops are refused with a ValueError when the layout is uneven.
 """
@@ -295,6 +295,28 @@ def _lower_reshape(op, lowering):
     lowering.set_tensor_lowering(op.outputs[0], slices)
 
 
+def _lower_pool_backprop(op, lowering):
+    """Max-pool gradient routed to one maximum per window, as TF's MaxPoolGrad does.
+
+    mtf's own lowering multiplies dy by ``x == max``, which sends the gradient to every tied
+    maximum; images with flat regions (digits) have ties, and the gradients then differ from
+    plain TF's by up to 2e-3.
+    """
+    if op._pool_fn_string != "MAX_2D":
+        return op.lower(lowering)
+    mesh_impl = lowering.mesh_impl(op)
+    window = [1] + list(op._ksize) + [1]
+    strides = [1] + list(op._strides) + [1]
+
+    def tf_fn(x, y, dy):
+        flat = [_ops._tf_flatten_batch_dims(t, 3) for t in (x, y, dy)]
+        dx = tf.raw_ops.MaxPoolGrad(orig_input=flat[0], orig_output=flat[1], grad=flat[2], ksize=window,
+                                    strides=strides, padding="VALID")
+        return _ops._tf_restore_batch_dims(dx, 3, x)
+    dx = mesh_impl.slicewise(tf_fn, *[lowering.tensors[t] for t in op.inputs])
+    lowering.set_tensor_lowering(op.outputs[0], dx)
+
+
 def _refuse_if_uneven(op, lowering):
     mesh_impl = lowering.mesh_impl(op)
     if mesh_impl.is_uneven:
@@ -309,6 +331,7 @@ UNEVEN_LOWERINGS = {
     _ops.Constant: _lower_constant,
     _ops.OneHotOperation: _lower_one_hot,
     _ops.ReshapeOperation: _lower_reshape,
+    _ops.PoolBackPropOperation: _lower_pool_backprop,
     _ops.TopKOperation: _refuse_if_uneven,
     _ops.WhileLoopOperation: _refuse_if_uneven,
 }

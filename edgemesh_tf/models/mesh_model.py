@@ -10,16 +10,14 @@ from __future__ import annotations
 import math
 
 from edgemesh_tf.mesh.compat import mtf, tf
-from edgemesh_tf.models.spec import LayerSpec, ModelSpec, init_seed
+from edgemesh_tf.models.spec import (LINEAR_GAIN, RELU_GAIN, RESIDUAL_GAIN, LayerSpec, ModelSpec, init_seed,
+                                     kernel_stddev)
 
 
-def _he_init(seed: int, name: str, fan_in: int):
-    return tf.random_normal_initializer(stddev=math.sqrt(2.0 / fan_in), seed=init_seed(seed, name))
-
-
-def _variable(mesh, scope: str, name: str, dims, seed: int, fan_in: int | None):
+def _variable(mesh, scope: str, name: str, dims, seed: int, fan_in: int | None, gain: float = RELU_GAIN):
     full = "%s/%s" % (scope, name)
-    init = tf.zeros_initializer() if fan_in is None else _he_init(seed, full, fan_in)
+    init = (tf.zeros_initializer() if fan_in is None else
+            tf.random_normal_initializer(stddev=kernel_stddev(fan_in, gain), seed=init_seed(seed, full)))
     with tf.variable_scope(scope, reuse=tf.AUTO_REUSE):
         return mtf.get_variable(mesh, name, mtf.Shape(dims), initializer=init)
 
@@ -28,21 +26,21 @@ def _gather(x, dim_name: str):
     return mtf.rename_dimension(x, dim_name, dim_name + "_all")
 
 
-def _conv(x, name: str, units: int, seed: int):
+def _conv(x, name: str, units: int, seed: int, gain: float = RELU_GAIN):
     """3x3 SAME conv + bias, output channels in dim ``name``."""
     in_dim = x.shape.dims[-1]
     out_dim = mtf.Dimension(name, units)
     kernel = _variable(x.mesh, name, "kernel", [mtf.Dimension("fh", 3), mtf.Dimension("fw", 3), in_dim, out_dim],
-                       seed, 9 * in_dim.size)
+                       seed, 9 * in_dim.size, gain)
     bias = _variable(x.mesh, name, "bias", [out_dim], seed, None)
     y = mtf.Conv2dOperation(x, kernel, [1, 1, 1, 1], "SAME", name=name + "/conv").outputs[0]
     return y + bias
 
 
-def _dense(x, name: str, units: int, seed: int):
+def _dense(x, name: str, units: int, seed: int, gain: float):
     in_dim = x.shape.dims[-1]
     out_dim = mtf.Dimension(name, units)
-    w = _variable(x.mesh, name, "kernel", [in_dim, out_dim], seed, in_dim.size)
+    w = _variable(x.mesh, name, "kernel", [in_dim, out_dim], seed, in_dim.size, gain)
     b = _variable(x.mesh, name, "bias", [out_dim], seed, None)
     return mtf.einsum([x, w], output_shape=x.shape.dims[:-1] + [out_dim], name=name + "/matmul") + b
 
@@ -63,12 +61,12 @@ def _layer(x, layer: LayerSpec, seed: int):
         if x.shape.dims[-1].size != layer.units:
             raise ValueError("res block %r: input has %d channels, block has %d" % (layer.name, x.shape.dims[-1].size, layer.units))
         h = _gather(mtf.relu(_conv(x, layer.name + "a", layer.units, seed)), layer.name + "a")
-        h = mtf.rename_dimension(_conv(h, layer.name + "b", layer.units, seed), layer.name + "b", channel)
+        h = mtf.rename_dimension(_conv(h, layer.name + "b", layer.units, seed, RESIDUAL_GAIN), layer.name + "b", channel)
         return mtf.relu(x + h)
     if layer.kind == "dense":
         if x.shape.ndims > 2:
             x = _flatten(x)
-        y = _dense(x, layer.name, layer.units, seed)
+        y = _dense(x, layer.name, layer.units, seed, RELU_GAIN if layer.relu else LINEAR_GAIN)
         return _gather(mtf.relu(y) if layer.relu else y, layer.name)
     raise ValueError("layer %r: unknown kind %r; expected conv, res or dense" % (layer.name, layer.kind))
 

@@ -9,7 +9,7 @@ import math
 from typing import Mapping, Sequence
 
 from edgemesh_tf.mesh.compat import tf
-from edgemesh_tf.models.spec import ModelSpec, init_seed
+from edgemesh_tf.models.spec import LINEAR_GAIN, RELU_GAIN, RESIDUAL_GAIN, ModelSpec, init_seed, kernel_stddev
 
 
 class PlainModel:
@@ -23,11 +23,11 @@ class PlainModel:
         self.devices = list(devices)
         self.variables: dict[str, tf.Variable] = {}
 
-    def _var(self, scope: str, name: str, shape, fan_in: int | None):
+    def _var(self, scope: str, name: str, shape, fan_in: int | None, gain: float = RELU_GAIN):
         full = "%s/%s" % (scope, name)
         if full not in self.variables:
             init = (tf.zeros_initializer() if fan_in is None else
-                    tf.random_normal_initializer(stddev=math.sqrt(2.0 / fan_in), seed=init_seed(self.seed, full)))
+                    tf.random_normal_initializer(stddev=kernel_stddev(fan_in, gain), seed=init_seed(self.seed, full)))
             with tf.variable_scope(scope, reuse=tf.AUTO_REUSE):
                 self.variables[full] = tf.get_variable(name, shape, initializer=init)
         return self.variables[full]
@@ -44,15 +44,15 @@ class PlainModel:
                 outs.append(fn(part))
         return tf.concat(outs, axis=-1) + bias
 
-    def _conv(self, x, name: str, units: int):
+    def _conv(self, x, name: str, units: int, gain: float = RELU_GAIN):
         cin = x.shape.as_list()[-1]
-        k = self._var(name, "kernel", [3, 3, cin, units], 9 * cin)
+        k = self._var(name, "kernel", [3, 3, cin, units], 9 * cin, gain)
         b = self._var(name, "bias", [units], None)
         return self._split_apply(name, lambda kk: tf.nn.conv2d(x, kk, [1, 1, 1, 1], "SAME"), k, b)
 
-    def _dense(self, x, name: str, units: int):
+    def _dense(self, x, name: str, units: int, gain: float):
         cin = x.shape.as_list()[-1]
-        w = self._var(name, "kernel", [cin, units], cin)
+        w = self._var(name, "kernel", [cin, units], cin, gain)
         b = self._var(name, "bias", [units], None)
         return self._split_apply(name, lambda ww: tf.matmul(x, ww), w, b)
 
@@ -65,11 +65,11 @@ class PlainModel:
                     x = tf.nn.max_pool2d(x, 2, 2, "VALID")
             elif layer.kind == "res":
                 h = tf.nn.relu(self._conv(x, layer.name + "a", layer.units))
-                x = tf.nn.relu(x + self._conv(h, layer.name + "b", layer.units))
+                x = tf.nn.relu(x + self._conv(h, layer.name + "b", layer.units, RESIDUAL_GAIN))
             else:
                 if x.shape.ndims > 2:
                     x = tf.reshape(x, [-1, math.prod(x.shape.as_list()[1:])])
-                x = self._dense(x, layer.name, layer.units)
+                x = self._dense(x, layer.name, layer.units, RELU_GAIN if layer.relu else LINEAR_GAIN)
                 if layer.relu:
                     x = tf.nn.relu(x)
         return x

@@ -52,3 +52,15 @@ def init_seed(seed: int, var_name: str) -> int:
     """Op-level seed of a variable's initializer: depends on the name only, never on op order, so
     every layout (and the plain-TF model) starts from identical weights."""
     return (zlib.crc32(var_name.encode()) + 7919 * seed) % (2 ** 31 - 1)
+
+
+def kernel_stddev(fan_in: int, gain: float) -> float:
+    """Std-dev of a kernel's normal initializer: sqrt(gain / fan_in).
+
+    gain 2 (He) before a ReLU, 1 for the logits, small for the last conv of a residual block so
+    that each block starts close to the identity (deep stacks otherwise start with huge logits).
+    """
+    return (gain / fan_in) ** 0.5
+
+
+RELU_GAIN, LINEAR_GAIN, RESIDUAL_GAIN = 2.0, 1.0, 0.1

@@ -1,0 +1,37 @@
+"""Each reference model builds and trains a step under an uneven layout, for every input shape."""
+import numpy as np
+import pytest
+
+from edgemesh_tf.mesh.build import session_config
+from edgemesh_tf.mesh.compat import tf
+from edgemesh_tf.mesh.layout import Layout, local_devices
+from edgemesh_tf.models import get_model
+from edgemesh_tf.train.graph import build_train_graph
+
+
+@pytest.mark.parametrize("name", ["vgg", "resnet"])
+@pytest.mark.parametrize("shape", [(8, 8, 1), (28, 28, 1), (32, 32, 3)])
+def test_model_trains_under_uneven_layout(name, shape):
+    spec = get_model(name, shape, 10)
+    dims = spec.split_dims()
+    d = local_devices(2)
+    layout = Layout(mesh=(("model", 2),), devices=tuple(d), rules=tuple((n, "model") for n in dims),
+                    sizes=tuple((n, (s - s // 3, s // 3)) for n, s in dims.items()))
+    g = build_train_graph(spec, layout, 4, learning_rate=0.005, momentum=0.0)
+    rng = np.random.RandomState(0)
+    x = rng.rand(4, *shape).astype(np.float32)
+    y = rng.randint(0, 10, 4).astype(np.int32)
+    with tf.Session(graph=g.graph, config=session_config(2)) as sess:
+        sess.run(g.init_op)
+        sess.run(g.copy_masters_to_slices)
+        losses = [sess.run([g.loss, g.train_op], {g.images: x, g.labels: y})[0] for _ in range(3)]
+        logits = sess.run(g.logits, {g.images: x, g.labels: y})
+    assert logits.shape == (4, 10)
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+
+
+def test_unknown_model_and_shape():
+    with pytest.raises(ValueError, match="unknown model 'alexnet'"):
+        get_model("alexnet", (8, 8, 1), 10)
+    with pytest.raises(ValueError, match="image shape"):
+        get_model("vgg", (64, 64, 3), 10)
