@@ -38,7 +38,7 @@ def step_seconds(cluster, name: str, steps: int = 4, repeats: int = 3) -> float:
     return per_step + cluster.step_delay_s(name, per_step)
 
 
-def bandwidth_mbit(cluster, name: str, expected_mbit: float | None, seconds: float = 1.0) -> dict[str, float]:
+def bandwidth_mbit(cluster, name: str, expected_mbit: float | None, seconds: float = 1.5) -> dict[str, float]:
     """{'download': Mbit/s client->device, 'upload': Mbit/s device->client} through TF gRPC."""
     import numpy as np
     import tensorflow as tf
