@@ -20,7 +20,6 @@ from edgemesh_tf.cluster import emulator, spec, state
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", None, "Cluster file (YAML), for `up`.")
-flags.DEFINE_string("run_root", None, "Directory of run states (default $EDGEMESH_RUN_ROOT or %s)." % state.DEFAULT_ROOT)
 flags.DEFINE_string("run_id", None, "`down`: only this run (default: all).")
 flags.DEFINE_enum("network", "auto", ["auto", "netns", "userspace"], "Network emulation (netns needs root).")
 flags.DEFINE_enum("compute", "auto", ["auto", "cgroup-v1", "cgroup-v2", "step-delay", "off"], "Compute emulation.")
@@ -46,7 +45,7 @@ def _up() -> int:
         signal.signal(sig, _raise_stop)
     cluster = None
     try:
-        cluster = emulator.up(cluster_file, root=FLAGS.run_root, network=FLAGS.network, compute=FLAGS.compute,
+        cluster = emulator.up(cluster_file, network=FLAGS.network, compute=FLAGS.compute,
                               timeout_s=FLAGS.timeout_s)
         print(json.dumps(cluster.summary(), indent=1), flush=True)
         logging.info("cluster %s up (run dir %s); Ctrl-C or SIGTERM to stop", cluster.run.run_id, cluster.run_dir)
@@ -65,7 +64,7 @@ def _up() -> int:
 
 
 def _down() -> int:
-    errors = emulator.down(root=FLAGS.run_root, run_id=FLAGS.run_id)
+    errors = emulator.down(run_id=FLAGS.run_id)
     for e in errors:
         logging.error("%s", e)
     return 1 if errors else 0
@@ -73,7 +72,7 @@ def _down() -> int:
 
 def _status() -> int:
     runs = []
-    for run in state.all_runs(state.run_root(FLAGS.run_root)):
+    for run in state.all_runs(state.run_root()):
         info = {"run_id": run.run_id, "run_dir": run.run_dir, "launcher_pid": run.data["owner_pid"],
                 "launcher_alive": run.owner_alive(), "cluster_file": run.data.get("cluster")}
         summary = os.path.join(run.run_dir, "cluster.json")

@@ -11,6 +11,8 @@ SUBCOMMANDS = {
     "tf-config": "edgemesh_tf.cli.tf_config",
     "server": "edgemesh_tf.cli.server",
     "cluster": "edgemesh_tf.cli.cluster",
+    "profile": "edgemesh_tf.cli.profile",
+    "plan": "edgemesh_tf.cli.plan",
 }
 
 

@@ -66,6 +66,7 @@ class EmulatedCluster:
         self._procs: dict[str, subprocess.Popen] = {}
         self._client_addresses: dict[str, str] = {}
         self._closed = False
+        self.exit_codes: dict[str, int] = {}  # filled by close(): 0 = clean exit on SIGTERM
 
     @property
     def run_dir(self) -> str:
@@ -105,8 +106,9 @@ class EmulatedCluster:
         if self._closed:
             return []
         self._closed = True
-        for p in self._procs.values():
+        for name, p in self._procs.items():
             procs.terminate(p, 5.0)
+            self.exit_codes[name] = p.returncode
         errors = state_lib.teardown(self.run)
         if errors:
             logging.error("teardown of run %s incomplete: %s", self.run.run_id, "; ".join(errors))
@@ -235,7 +237,7 @@ def _limit_cpu(cluster: EmulatedCluster, compute: str, period_us: int, calib) ->
     return cores
 
 
-def up(spec: spec_lib.ClusterFile | str, *, root: str | None = None, network: str = "auto", compute: str = "auto",
+def up(spec: spec_lib.ClusterFile | str, *, network: str = "auto", compute: str = "auto",
        timeout_s: float = 180.0, period_us: int = cgroup.DEFAULT_PERIOD_US,
        calib: calibration.CpuCalibration | None = None, server_flags=()) -> EmulatedCluster:
     """Starts every device of `spec` as its own server process and applies its limits.
@@ -245,7 +247,7 @@ def up(spec: spec_lib.ClusterFile | str, *, root: str | None = None, network: st
     launchers that died are removed first. On any error, everything started so far is removed.
     """
     spec = spec_lib.load_cluster(spec) if isinstance(spec, str) else spec
-    root = state_lib.run_root(root)
+    root = state_lib.run_root()
     if network == "auto":
         network = "netns" if netns.available() else "userspace"
     if compute == "auto":
@@ -291,10 +293,10 @@ def up(spec: spec_lib.ClusterFile | str, *, root: str | None = None, network: st
         raise
 
 
-def down(root: str | None = None, run_id: str | None = None) -> list[str]:
-    """Stops runs (all, or `run_id`): SIGTERM to a live launcher, then removes what is left.
-    Returns error messages."""
-    root = state_lib.run_root(root)
+def down(run_id: str | None = None) -> list[str]:
+    """Stops the runs of this machine (all, or `run_id`): SIGTERM to a live launcher, then removes
+    what is left. Returns error messages."""
+    root = state_lib.run_root()
     errors = []
     for run in state_lib.all_runs(root):
         if run_id and run.run_id != run_id:

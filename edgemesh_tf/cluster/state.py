@@ -1,7 +1,8 @@
 """What a launcher created, in a state file, so that `down` or a later `up` can remove it.
 
-Layout: <root>/<run_id>/state.json (+ server logs), root = $EDGEMESH_RUN_ROOT or
-/tmp/edgemesh-cluster. A resource is recorded *before* it is created, and removal tolerates
+Layout: <root>/<run_id>/state.json (+ logs), root = /tmp/edgemesh-cluster. The root is one per
+machine (override with $EDGEMESH_RUN_ROOT only for a machine of your own): `em-` resources of run
+ids not live under it are removed as orphans. A resource is recorded *before* it is created, and removal tolerates
 resources that never came to be. A run whose owner (the launcher, as pid + start time) is gone is
 stale: its leftovers are removed by the next `up` or by `down`.
 """
@@ -21,8 +22,8 @@ from edgemesh_tf.cluster import cgroup, netns, procs
 DEFAULT_ROOT = "/tmp/edgemesh-cluster"
 
 
-def run_root(root: str | None = None) -> str:
-    return root or os.environ.get("EDGEMESH_RUN_ROOT", DEFAULT_ROOT)
+def run_root() -> str:
+    return os.environ.get("EDGEMESH_RUN_ROOT", DEFAULT_ROOT)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,45 @@
+"""`edgemesh profile`: measure every worker of a cluster for a model (ASHL's short pre-training).
+
+    edgemesh profile --cluster layouts/edge4.yaml --model vgg --dataset digits --batch 32 --out runs/edge4.profile.json
+
+With --emulate (default) the emulated testbed of the cluster file is started for the duration;
+with --noemulate the servers must already run at the file's addresses (`edgemesh server`).
+"""
+import json
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file (YAML).")
+flags.DEFINE_enum("model", "vgg", ["vgg", "resnet"], "Reference model.")
+flags.DEFINE_enum("dataset", "digits", ["digits", "cifar10", "mnist", "synthetic"],
+                  "Dataset whose image shape the model takes (nothing is loaded).")
+flags.DEFINE_integer("batch", 32, "Examples per device step.", lower_bound=1)
+flags.DEFINE_integer("repeats", 5, "Timed repeats per measurement.", lower_bound=3)
+flags.DEFINE_bool("emulate", True, "Start the emulated testbed for the cluster file.")
+flags.DEFINE_string("out", "runs/profile.json", "Where to write the profile (JSON).")
+
+IMAGE_SHAPES = {"digits": (8, 8, 1), "mnist": (28, 28, 1), "cifar10": (32, 32, 3), "synthetic": (32, 32, 3)}
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise SystemExit("edgemesh profile: unexpected arguments %s" % argv[1:])
+    import os
+
+    from edgemesh_tf.models import get_model
+    from edgemesh_tf.profile.run import profile_cluster
+    from edgemesh_tf.profile.types import save_profile
+
+    spec = get_model(FLAGS.model, IMAGE_SHAPES[FLAGS.dataset], 10)
+    try:
+        profile = profile_cluster(FLAGS.cluster, spec, FLAGS.batch, emulate=FLAGS.emulate, repeats=FLAGS.repeats)
+    except ValueError as e:
+        raise SystemExit("edgemesh profile: %s" % e)
+    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
+    save_profile(profile, FLAGS.out)
+    for d in profile.devices:
+        print(json.dumps({"device": d.name, "layers_ms": {t.name: t.compute_ms for t in d.layers},
+                          "bandwidth_mbit": d.bandwidth_mbit, "latency_ms": d.latency_ms,
+                          "step_overhead_ms": d.step_overhead_ms, "peak_memory_bytes": d.peak_memory_bytes}))
+    print("wrote %s" % FLAGS.out)

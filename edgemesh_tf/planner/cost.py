@@ -1,0 +1,198 @@
+"""The cost model: predicted step time, memory and parameter-server sync of one model-parallel group.
+
+A group is an ordered list of DeviceProfiles (the ring order of its collectives). Per split dim l
+(U units, device i holding s_i >= 1 of them; k devices; batch b; profile batch b0):
+
+  compute_i,l = layer_ms_i,l * b/b0 * s_i/U            (replicated: layer_ms_i,l * b/b0 on every device)
+  gather_i,l  = (k-1) * lat_max + 8 * b * out_l * (U - s_i)/U / min(bw_i, bw_{i-1})   forward allconcat:
+                device i receives the other shares from its ring predecessor, one latency per ring step
+  reduce_l    = 2(k-1)/k * 8 * b * in_l / bw_min + 2(k-1) * lat_max     backward ring allreduce of the
+                (replicated) input gradient
+  layer_ms_l  = max_i compute_i,l + max_i gather_i,l + reduce_l   (each split layer ends in a collective)
+  step_ms     = sum_l layer_ms_l + max_i step_overhead_ms_i
+  ps_sync_ms  = 2 * 8 * model_bytes / min(bw_min, ps_bw) + 2 * lat_max    (push + pull of the whole model)
+  memory_i    = 3 * 4 * sum_l params_per_unit_l * s_i,l   (weights, momentum, gradient; float32)
+                + b * (image + sum_l in_l + sum_l out_l * s_i,l/U)   (inputs kept for backward, own outputs)
+
+Bytes are per example (``model_stats``); bandwidths in Mbit/s (8 * bytes / (Mbit/s * 1e3) = ms);
+latencies in ms. A replicated layer has s_i = U and no communication.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Sequence
+
+from edgemesh_tf.planner.model_stats import FLOAT_BYTES, DimStats, ModelStats
+from edgemesh_tf.profile.types import DeviceProfile
+
+Shares = tuple[int, ...] | None
+"""Units of a split dim per device, in group order; None = replicated (every device computes all)."""
+OPTIMIZER_COPIES = 3  # weights, momentum, gradient
+
+
+def transfer_ms(nbytes: float, bandwidth_mbit: float) -> float:
+    """ms to move ``nbytes`` over a link of ``bandwidth_mbit`` Mbit/s."""
+    return 8.0 * nbytes / (bandwidth_mbit * 1e3)
+
+
+def check_group(group: Sequence[DeviceProfile]) -> None:
+    """Raises ValueError naming the device and field if a profile cannot be planned with."""
+    if not group:
+        raise ValueError("a group needs at least one device")
+    names = [d.name for d in group]
+    if len(set(names)) != len(names):
+        raise ValueError("device names must be unique within a group, got %s" % names)
+    for d in group:
+        if not d.bandwidth_mbit > 0:
+            raise ValueError("device %s: bandwidth_mbit must be > 0 Mbit/s, got %r" % (d.name, d.bandwidth_mbit))
+        if not d.latency_ms >= 0:
+            raise ValueError("device %s: latency_ms must be >= 0 ms, got %r" % (d.name, d.latency_ms))
+        if not d.memory_bytes > 0:
+            raise ValueError("device %s: memory_bytes must be > 0, got %r" % (d.name, d.memory_bytes))
+        for t in d.layers:
+            if not (t.compute_ms >= 0 and math.isfinite(t.compute_ms)):
+                raise ValueError("device %s: layer %s compute_ms must be a finite ms >= 0, got %r"
+                                 % (d.name, t.name, t.compute_ms))
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCoeffs:
+    """The cost terms of one split dim on one group (see the module docstring).
+
+    full_ms: per device, ms of the whole layer at the planned batch.
+    recv_ms_per_unit: per device, ms to receive one unit's output activations (whole batch).
+    hop_ms: (k-1) * lat_max, the latencies of the allconcat's ring steps.
+    reduce_ms: the backward allreduce of the input gradient.
+    mem_per_unit: bytes one unit costs a device: 12 * params_per_unit + batch * out / U.
+    """
+
+    name: str
+    units: int
+    full_ms: tuple[float, ...]
+    recv_ms_per_unit: tuple[float, ...]
+    hop_ms: float
+    reduce_ms: float
+    mem_per_unit: int
+
+    def compute_ms(self, shares: Shares) -> tuple[float, ...]:
+        if shares is None:
+            return self.full_ms
+        return tuple(f * s / self.units for f, s in zip(self.full_ms, shares))
+
+    def gather_ms(self, shares: Shares) -> tuple[float, ...]:
+        """Per device forward allconcat ms (0 when replicated or on one device)."""
+        if shares is None or len(shares) == 1:
+            return (0.0,) * len(self.full_ms)
+        return tuple(self.hop_ms + r * (self.units - s) for r, s in zip(self.recv_ms_per_unit, shares))
+
+    def comm_ms(self, shares: Shares) -> float:
+        """Group communication of the layer: slowest allconcat + allreduce (0 when replicated)."""
+        if shares is None or len(shares) == 1:
+            return 0.0
+        return max(self.gather_ms(shares)) + self.reduce_ms
+
+    def layer_ms(self, shares: Shares) -> float:
+        return max(self.compute_ms(shares)) + self.comm_ms(shares)
+
+
+def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, profile_batch: int) -> LayerCoeffs:
+    """The cost terms of ``dim`` on ``group``; compute scales linearly from the profile batch."""
+    k = len(group)
+    lat = max(d.latency_ms for d in group)
+    bw_min = min(d.bandwidth_mbit for d in group)
+    scale = batch / profile_batch
+    # Ring order = group order: device i receives everything from device i-1 (wrapping around).
+    recv = tuple(transfer_ms(batch * dim.out_bytes / dim.units,
+                             min(d.bandwidth_mbit, group[i - 1].bandwidth_mbit)) for i, d in enumerate(group))
+    reduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + 2 * (k - 1) * lat
+    # out_bytes = 4 * h * w * units, so the per-unit activation bytes are an exact integer.
+    mem = OPTIMIZER_COPIES * FLOAT_BYTES * dim.params_per_unit + batch * dim.out_bytes // dim.units
+    return LayerCoeffs(dim.name, dim.units, tuple(d.layer_ms(dim.name) * scale for d in group), recv,
+                       (k - 1) * lat, reduce_ms, mem)
+
+
+def fixed_memory_bytes(stats: ModelStats) -> int:
+    """Bytes every device holds whatever the shares: the (gathered) inputs of all layers."""
+    return stats.batch * (stats.image_bytes + sum(d.in_bytes for d in stats.dims))
+
+
+def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_mbit: float = math.inf) -> float:
+    """Push + pull of the whole model through the group's slowest link (or the PS's, if slower)."""
+    bw = min(min(d.bandwidth_mbit for d in group), ps_bandwidth_mbit)
+    return 2 * transfer_ms(stats.param_bytes, bw) + 2 * max(d.latency_ms for d in group)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerPrediction:
+    """One split dim: its shares (None = replicated), per device compute ms and the group comm ms."""
+
+    name: str
+    shares: tuple[int, ...] | None
+    compute_ms: tuple[float, ...]
+    comm_ms: float
+
+    @property
+    def ms(self) -> float:
+        return max(self.compute_ms) + self.comm_ms
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupPrediction:
+    """Predicted cost of one group per step; per-device tuples are in group order.
+
+    step_ms: sum of the layers' ms + the largest step overhead.
+    compute_ms / comm_ms: per device sums over layers (comm: own allconcat receive + allreduce).
+    memory_bytes: per device, see the module docstring.
+    ps_sync_ms: push + pull of the whole model to the parameter server (per commit).
+    """
+
+    devices: tuple[str, ...]
+    step_ms: float
+    compute_ms: tuple[float, ...]
+    comm_ms: tuple[float, ...]
+    memory_bytes: tuple[int, ...]
+    ps_sync_ms: float
+    layers: tuple[LayerPrediction, ...]
+
+
+def _check_shares(dim: DimStats, shares: Shares, k: int) -> None:
+    if shares is None:
+        return
+    if len(shares) != k or any(not isinstance(s, int) or s < 1 for s in shares) or sum(shares) != dim.units:
+        raise ValueError("shares of %r must be %d positive integers adding up to %d, got %s"
+                         % (dim.name, k, dim.units, list(shares)))
+
+
+def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares],
+            *, profile_batch: int | None = None, ps_bandwidth_mbit: float = math.inf) -> GroupPrediction:
+    """Predicts one step of ``group`` under ``assignment`` {dim: shares or None}; absent dims are replicated.
+
+    profile_batch: the batch the layer timings were measured at (default: ``stats.batch``).
+    """
+    check_group(group)
+    known = {d.name for d in stats.dims}
+    unknown = set(assignment) - known
+    if unknown:
+        raise ValueError("assignment names unknown dim(s) %s; the model's dims are %s"
+                         % (sorted(unknown), [d.name for d in stats.dims]))
+    k = len(group)
+    compute, comm, memory = [0.0] * k, [0.0] * k, [fixed_memory_bytes(stats)] * k
+    layers = []
+    for dim in stats.dims:
+        shares = assignment.get(dim.name)
+        _check_shares(dim, shares, k)
+        co = layer_coeffs(group, dim, stats.batch, profile_batch or stats.batch)
+        held = shares or (dim.units,) * k
+        gather = co.gather_ms(shares)
+        reduce_ms = co.reduce_ms if shares is not None and k > 1 else 0.0
+        lc = co.compute_ms(shares)
+        for i in range(k):
+            compute[i] += lc[i]
+            comm[i] += gather[i] + reduce_ms
+            memory[i] += co.mem_per_unit * held[i]
+        layers.append(LayerPrediction(dim.name, tuple(shares) if shares is not None else None, lc, co.comm_ms(shares)))
+    step = sum(lp.ms for lp in layers) + max(d.step_overhead_ms for d in group)
+    return GroupPrediction(tuple(d.name for d in group), step, tuple(compute), tuple(comm),
+                           tuple(memory), ps_sync_ms(group, stats, ps_bandwidth_mbit),
+                           tuple(layers))

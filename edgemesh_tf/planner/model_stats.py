@@ -1,0 +1,92 @@
+"""Static sizes of a ModelSpec, per splittable dim: what the cost model needs besides measurements.
+
+All activations are float32 (4 bytes). Per-example quantities are multiplied by the batch by the
+cost model. Shapes follow ``models/mesh_model.py``: 3x3 SAME convs, 2x2 VALID max-pool (h // 2),
+the first dense layer flattens its input, every layer's output is gathered on all devices.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from edgemesh_tf.models.spec import ModelSpec
+
+FLOAT_BYTES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class DimStats:
+    """One splittable dim (a layer, or one conv of a res block).
+
+    units: filters / output units (the size of the dim).
+    params_per_unit: weights of one unit: kernel fan-in + 1 bias.
+    out_bytes: output activation bytes per example after ReLU/pool: what the forward allconcat gathers.
+    in_bytes: input activation bytes per example: the input gradient the backward pass allreduces;
+      0 for the first layer, whose input (the image) needs no gradient.
+    flops: forward FLOPs (2 x MACs) per example of the whole layer.
+    """
+
+    name: str
+    units: int
+    params_per_unit: int
+    out_bytes: int
+    in_bytes: int
+    flops: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelStats:
+    """Per-dim stats in layer order, for ``batch`` examples per step."""
+
+    model: str
+    batch: int
+    dims: tuple[DimStats, ...]
+    image_bytes: int  # per example
+
+    @property
+    def param_bytes(self) -> int:
+        """float32 bytes of all weights and biases of the model."""
+        return FLOAT_BYTES * sum(d.params_per_unit * d.units for d in self.dims)
+
+    def dim(self, name: str) -> DimStats:
+        for d in self.dims:
+            if d.name == name:
+                return d
+        raise ValueError("model %s has no split dim %r; dims: %s" % (self.model, name, [d.name for d in self.dims]))
+
+
+def model_stats(spec: ModelSpec, batch: int) -> ModelStats:
+    """Sizes of every split dim of ``spec`` (in layer order) for ``batch`` examples per step."""
+    if batch < 1:
+        raise ValueError("batch must be a positive integer, got %r" % batch)
+    h, w, c = spec.image_shape
+    spatial = True
+    dims: list[DimStats] = []
+
+    def conv(name: str, units: int, pool: bool) -> None:
+        nonlocal h, w, c
+        in_bytes, flops = FLOAT_BYTES * h * w * c, 2 * 9 * c * units * h * w
+        if pool:
+            h, w = h // 2, w // 2
+        dims.append(DimStats(name, units, 9 * c + 1, FLOAT_BYTES * h * w * units, in_bytes, flops))
+        c = units
+
+    for layer in spec.layers:
+        if layer.kind == "conv":
+            conv(layer.name, layer.units, layer.pool)
+        elif layer.kind == "res":
+            if c != layer.units:
+                raise ValueError("res block %r: input has %d channels, block has %d" % (layer.name, c, layer.units))
+            conv(layer.name + "a", layer.units, False)
+            conv(layer.name + "b", layer.units, False)
+        elif layer.kind == "dense":
+            feat = h * w * c if spatial else c
+            spatial = False
+            dims.append(DimStats(layer.name, layer.units, feat + 1, FLOAT_BYTES * layer.units, FLOAT_BYTES * feat,
+                                 2 * feat * layer.units))
+            c = layer.units
+        else:
+            raise ValueError("layer %r: unknown kind %r; expected conv, res or dense" % (layer.name, layer.kind))
+    if dims:  # the image needs no gradient: nothing to allreduce below the first layer
+        dims[0] = dataclasses.replace(dims[0], in_bytes=0)
+    h0, w0, c0 = spec.image_shape
+    return ModelStats(spec.name, batch, tuple(dims), FLOAT_BYTES * h0 * w0 * c0)

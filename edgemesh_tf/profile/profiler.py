@@ -1,0 +1,111 @@
+"""ASHL's profiling by short pre-training: time each layer of the real model on each device through
+its own TF server, fit each link's latency and bandwidth, and read each server's peak memory.
+
+Works on any TF cluster reachable from this process (``session_target`` is a grpc:// master);
+the emulated testbed adds the server pids, so peak memory can be read from /proc.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from typing import Sequence
+
+import numpy as np
+
+from edgemesh_tf.mesh.compat import tf
+from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.profile.layers import build_layer_op, build_noop_op, build_transfer_op, layer_shapes
+from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
+
+TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceToProfile:
+    """name; device: TF device string; memory_bytes: its budget; pid: its server (local) or None."""
+
+    name: str
+    device: str
+    memory_bytes: int
+    pid: int | None = None
+
+
+def robust_median(samples: Sequence[float]) -> tuple[float, float]:
+    """Median after dropping points outside 1.5 IQR; returns (median, IQR)."""
+    q1, q3 = np.percentile(samples, [25, 75])
+    iqr = q3 - q1
+    kept = [s for s in samples if q1 - 1.5 * iqr <= s <= q3 + 1.5 * iqr] or list(samples)
+    return float(statistics.median(kept)), float(iqr)
+
+
+def _timed(sess, op, repeats: int) -> list[float]:
+    sess.run(op)  # warm-up: placement, graph optimisation, allocations
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        sess.run(op)
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def fit_link(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> tuple[float, float]:
+    """Least squares time_ms = a + bytes / rate; returns (latency_ms = a / 2, bandwidth_mbit).
+
+    The intercept is a request/response round trip, hence half of it is the one-way latency.
+    """
+    slope, intercept = np.polyfit(np.asarray(sizes_bytes, float), np.asarray(times_ms, float), 1)
+    slope = max(slope, 1e-12)
+    return max(0.0, intercept / 2.0), 8.0 / (slope * 1e3)  # bytes/ms -> Mbit/s
+
+
+def read_vm_kb(pid: int, field: str) -> int:
+    """VmHWM / VmRSS of a process, in KiB (0 if unreadable)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfile], session_target: str,
+                    master_device: str, *, repeats: int = 5, reps: int = 3,
+                    config: tf.ConfigProto | None = None) -> Profile:
+    """Measures every device in ``devices``; ``master_device`` is where transfers are received."""
+    shapes = layer_shapes(spec, batch)
+    idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
+    graph = tf.Graph()
+    with graph.as_default():
+        ops = {d.name: {s.name: build_layer_op(tf, s, d.device, reps) for s in shapes} for d in devices}
+        base = {d.name: build_noop_op(tf, d.device) for d in devices}
+        transfers = {d.name: [build_transfer_op(tf, n, d.device, master_device) for n in TRANSFER_BYTES]
+                     for d in devices}
+    tf.Session.reset(session_target)
+    out = []
+    with tf.Session(session_target, graph=graph, config=config) as sess:
+        for d in devices:
+            t0 = time.perf_counter()
+            base_ms, _ = robust_median(_timed(sess, base[d.name], repeats))
+            timings = []
+            for s in shapes:
+                med, iqr = robust_median(_timed(sess, ops[d.name][s.name], repeats))
+                timings.append(LayerTiming(s.name, round(max(0.0, med - base_ms) / reps, 3), round(iqr / reps, 3)))
+            sizes, times = [], []
+            for n, op in zip(TRANSFER_BYTES, transfers[d.name]):
+                for t in _timed(sess, op, repeats):
+                    sizes.append(n)
+                    times.append(t)
+            latency_ms, bw = fit_link(sizes, times)
+            peak = max(0, read_vm_kb(d.pid, "VmHWM") - idle_kb.get(d.name, 0)) * 1024 if d.pid else 0
+            out.append(DeviceProfile(name=d.name, device=d.device, layers=tuple(timings),
+                                     memory_bytes=d.memory_bytes, bandwidth_mbit=round(bw, 2),
+                                     latency_ms=round(latency_ms, 3), step_overhead_ms=round(base_ms, 3),
+                                     peak_memory_bytes=peak))
+            logging.info("profiled %s in %.1f s: %s", d.name, time.perf_counter() - t0,
+                         ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings))
+    return Profile(model=spec.name, batch=batch, image_shape=spec.image_shape, num_classes=spec.num_classes,
+                   devices=tuple(out))

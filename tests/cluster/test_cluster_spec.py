@@ -1,0 +1,119 @@
+"""Cluster files: validation errors name file, device and field; TF_CONFIG; quota planning."""
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from edgemesh_tf.cluster import calibration, spec, tf_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GOOD = {
+    "name": "t",
+    "devices": [
+        {"name": "w0", "role": "worker", "port": 2300, "speed": 1.0, "bandwidth_mbit": 100, "latency_ms": 2},
+        {"name": "w1", "role": "worker", "port": 2301, "speed": 0.5, "memory_mib": 512},
+        {"name": "ps0", "role": "ps", "port": 2310},
+        {"name": "boss", "role": "chief", "port": 2320},
+    ],
+}
+
+
+def _bad(mutate):
+    data = copy.deepcopy(GOOD)
+    mutate(data)
+    return data
+
+
+@pytest.mark.parametrize("mutate, device, field", [
+    (lambda d: d["devices"][1].update(colour="red"), "w1", "colour"),
+    (lambda d: d["devices"][1].update(name="w0"), "w0", "name"),
+    (lambda d: d["devices"][1].update(port=2300), "w1", "port"),
+    (lambda d: d["devices"][0].update(speed=0), "w0", "speed"),
+    (lambda d: d["devices"][0].update(speed=-1.5), "w0", "speed"),
+    (lambda d: d["devices"][0].update(bandwidth_mbit=0), "w0", "bandwidth_mbit"),
+    (lambda d: d["devices"][0].update(bandwidth_mbit="fast"), "w0", "bandwidth_mbit"),
+    (lambda d: d["devices"][1].update(latency_ms=-1), "w1", "latency_ms"),
+    (lambda d: d["devices"][1].update(memory_mib=1.5), "w1", "memory_mib"),
+    (lambda d: d["devices"][1].update(role="gpu"), "w1", "role"),
+    (lambda d: d["devices"][1].update(port=70000), "w1", "port"),
+    (lambda d: d["devices"][1].update(host="0.0.0.0"), "w1", "host"),
+    (lambda d: d["devices"].append({"name": "c2", "role": "chief", "port": 2321}), "c2", "role"),
+    (lambda d: d["devices"].pop(2), None, "role"),  # no ps
+    (lambda d: d.update(colour="red"), None, "colour"),
+])
+def test_validation_names_file_device_and_field(tmp_path, mutate, device, field):
+    import yaml
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(_bad(mutate)))
+    with pytest.raises(spec.ClusterFileError) as e:
+        spec.load_cluster(str(path))
+    msg = str(e.value)
+    assert msg.startswith(str(path) + ":"), msg
+    assert "field %r" % field in msg, msg
+    if device:
+        assert "device %r" % device in msg, msg
+    if field == "role" and device is None:
+        assert "'ps'" in msg
+
+
+def test_unreadable_and_invalid_yaml(tmp_path):
+    with pytest.raises(spec.ClusterFileError, match="cannot read"):
+        spec.load_cluster(str(tmp_path / "missing.yaml"))
+    (tmp_path / "x.yaml").write_text("devices: [")
+    with pytest.raises(spec.ClusterFileError, match="x.yaml: not valid YAML"):
+        spec.load_cluster(str(tmp_path / "x.yaml"))
+
+
+@pytest.mark.parametrize("name", ["edge4", "homo4"])
+def test_default_layouts(name):
+    c = spec.load_cluster(os.path.join(REPO, "layouts", name + ".yaml"))
+    assert [d.role for d in c.devices].count("worker") == 4
+    assert c.by_role("ps") and c.chief is not None
+    assert c.cpu_budget_cores <= 1.7
+    if name == "edge4":
+        speeds = [d.speed for d in c.workers]
+        assert [round(speeds[0] / s) for s in speeds] == [1, 2, 3, 4]
+        assert [d.bandwidth_mbit for d in c.workers] == [100, 50, 20, 10]
+        assert all(2 <= d.latency_ms <= 20 for d in c.workers)
+
+
+def test_tf_config_standard_format():
+    c = spec.parse_cluster(GOOD, "good.yaml")
+    cfg = tf_config.tf_config(c, "w1")
+    assert cfg == {"cluster": {"chief": ["127.0.0.1:2320"], "worker": ["127.0.0.1:2300", "127.0.0.1:2301"],
+                               "ps": ["127.0.0.1:2310"]}, "task": {"type": "worker", "index": 1}}
+    assert c.device("boss").device_string == "/job:chief/task:0"
+    assert "edgemesh server" in tf_config.server_command(c, "w1")
+
+
+def test_tf_config_cli_writes_one_file_per_device(tmp_path):
+    out = tmp_path / "cfg"
+    p = subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", "tf-config", "--cluster",
+                        os.path.join(REPO, "layouts", "edge4.yaml"), "--out_dir", str(out)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    c = spec.load_cluster(os.path.join(REPO, "layouts", "edge4.yaml"))
+    for d in c.devices:
+        cfg = json.loads((out / (d.name + ".json")).read_text())
+        assert cfg["task"] == {"type": d.role, "index": d.task_index}
+        assert cfg["cluster"]["worker"][0] == "127.0.0.1:2300"
+        assert "TF_CONFIG=" in (out / (d.name + ".sh")).read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("devices: [{name: a, role: worker, port: 1}]")
+    p = subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", "tf-config", "--cluster", str(bad)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "bad.yaml" in p.stderr and "'ps'" in p.stderr
+
+
+def test_quotas_follow_calibration_and_budget():
+    # A machine where speed is not proportional to the quota (fixed overhead per step).
+    points = tuple((c, 1.0 / (0.02 + 0.05 / c)) for c in (0.1, 0.2, 0.4, 0.8, 1.6))
+    calib = calibration.CpuCalibration(key="k", period_us=10000, points=points)
+    cores = calibration.quotas({"a": 1.0, "b": 0.5, "c": 0.25}, 1.2, calib)
+    assert sum(cores.values()) == pytest.approx(1.2, rel=1e-3)
+    assert calib.speed(cores["b"]) / calib.speed(cores["a"]) == pytest.approx(0.5, rel=1e-3)
+    assert calib.speed(cores["c"]) / calib.speed(cores["a"]) == pytest.approx(0.25, rel=1e-3)
