@@ -21,6 +21,9 @@ flags.DEFINE_string("checkpoint_dir", None, "Save here at the end (and every --c
 flags.DEFINE_integer("checkpoint_every", 0, "Steps between checkpoints (0: only at the end).", lower_bound=0)
 flags.DEFINE_integer("eval_every", 100, "Steps between held-out evaluations (0: only at the end).", lower_bound=0)
 flags.DEFINE_integer("intra_op_threads", 1, "TF intra-op threads per process.", lower_bound=1)
+flags.DEFINE_string("cluster", None, "Cluster file: run the layout's devices (/job:worker/task:N) on its TF servers "
+                    "instead of in-process CPU devices.")
+flags.DEFINE_bool("emulate", True, "With --cluster: start the emulated testbed of the cluster file for the run.")
 
 
 def main(argv):
@@ -38,7 +41,24 @@ def main(argv):
         layout.validate(spec.dims(FLAGS.batch_size))
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)
-    train(spec, data, layout, steps=FLAGS.steps, batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
-          momentum=FLAGS.momentum, seed=FLAGS.seed, checkpoint_dir=FLAGS.checkpoint_dir,
-          checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every,
-          intra_op_threads=FLAGS.intra_op_threads)
+    kwargs = dict(steps=FLAGS.steps, batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
+                  momentum=FLAGS.momentum, seed=FLAGS.seed, checkpoint_dir=FLAGS.checkpoint_dir,
+                  checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every,
+                  intra_op_threads=FLAGS.intra_op_threads)
+    if not FLAGS.cluster:
+        train(spec, data, layout, **kwargs)
+        return
+    from edgemesh_tf.cluster.spec import load_cluster
+    from edgemesh_tf.profile.run import reachable_cluster
+    try:
+        cluster = load_cluster(FLAGS.cluster)
+        known = {d.device_string for d in cluster.devices}
+        for dev in layout.devices:
+            if dev not in known:
+                raise ValueError("layout %s: device %r is not in cluster %s; expected one of %s"
+                                 % (FLAGS.layout, dev, FLAGS.cluster, sorted(known)))
+    except ValueError as e:
+        raise SystemExit("edgemesh train: %s" % e)
+    master = (cluster.chief or cluster.workers[0]).device_string
+    with reachable_cluster(cluster, FLAGS.emulate) as (_, target, _):
+        train(spec, data, layout, session_target=target, master_device=master, **kwargs)

@@ -125,9 +125,10 @@ def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_m
 
 @dataclasses.dataclass(frozen=True)
 class LayerPrediction:
-    """One split dim: its shares (None = replicated), per device compute ms and the group comm ms."""
+    """One split dim of ``units``: its shares (None = replicated), per device compute ms, group comm ms."""
 
     name: str
+    units: int
     shares: tuple[int, ...] | None
     compute_ms: tuple[float, ...]
     comm_ms: float
@@ -191,7 +192,7 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
             compute[i] += lc[i]
             comm[i] += gather[i] + reduce_ms
             memory[i] += co.mem_per_unit * held[i]
-        layers.append(LayerPrediction(dim.name, tuple(shares) if shares is not None else None, lc, co.comm_ms(shares)))
+        layers.append(LayerPrediction(dim.name, dim.units, tuple(shares) if shares is not None else None, lc, co.comm_ms(shares)))
     step = sum(lp.ms for lp in layers) + max(d.step_overhead_ms for d in group)
     return GroupPrediction(tuple(d.name for d in group), step, tuple(compute), tuple(comm),
                            tuple(memory), ps_sync_ms(group, stats, ps_bandwidth_mbit),

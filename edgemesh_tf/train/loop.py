@@ -52,17 +52,26 @@ def save(sess: tf.Session, g: TrainGraph, checkpoint_dir: str) -> str:
 def train(spec: ModelSpec, data: Dataset, layout: Layout, *, steps: int, batch_size: int = 32,
           learning_rate: float = 0.02, momentum: float = 0.9, seed: int = 0, checkpoint_dir: str | None = None,
           checkpoint_every: int = 0, eval_every: int = 0, intra_op_threads: int = 1,
+          session_target: str = "", master_device: str | None = None,
           emit: Callable[[dict], None] = lambda rec: print(json.dumps(rec), flush=True)) -> dict:
     """Trains until global step ``steps`` (resuming from ``checkpoint_dir``); returns the final record.
 
     Emits one record per step: step, loss, examples_per_sec (and accuracy every ``eval_every``
     steps), then a final record with the held-out accuracy. Batches are a function of (seed, step),
     so a resumed run sees the same data as an uninterrupted one.
+
+    session_target: "" for in-process CPU devices; a grpc:// master for a layout whose devices are
+    TF servers (then ``master_device`` holds the whole variables and the input placeholders).
     """
-    layout.validate(available_devices=local_devices(_device_count(layout)))
-    g = build_train_graph(spec, layout, batch_size, learning_rate=learning_rate, momentum=momentum, seed=seed)
-    config = session_config(_device_count(layout), intra_op_threads)
-    with tf.Session(graph=g.graph, config=config) as sess:
+    if session_target:
+        config = tf.ConfigProto(allow_soft_placement=False)
+        tf.Session.reset(session_target)  # resource variables outlive sessions on the servers
+    else:
+        layout.validate(available_devices=local_devices(_device_count(layout)))
+        config = session_config(_device_count(layout), intra_op_threads)
+    g = build_train_graph(spec, layout, batch_size, learning_rate=learning_rate, momentum=momentum, seed=seed,
+                          master_device=master_device)
+    with tf.Session(session_target, graph=g.graph, config=config) as sess:
         start = restore_or_init(sess, g, checkpoint_dir)
         stream = batches(data.train_x, data.train_y, batch_size, seed)
         for _ in range(start):
