@@ -7,7 +7,7 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
   gather_i,l  = (k-1) * lat_max + 8 * b * out_l * (U - s_i)/U / min(bw_i, bw_{i-1})   forward allconcat:
                 device i receives the other shares from its ring predecessor, one latency per ring step
   reduce_l    = 2(k-1)/k * 8 * b * in_l / bw_min + 2(k-1) * lat_max     backward ring allreduce of the
-                (replicated) input gradient
+                (replicated) input gradient; 0 for the first layer (the image needs no gradient)
   layer_ms_l  = max_i compute_i,l + max_i gather_i,l + reduce_l   (each split layer ends in a collective)
   step_ms     = sum_l layer_ms_l + max_i step_overhead_ms_i
   ps_sync_ms  = 2 * 8 * model_bytes / min(bw_min, ps_bw) + 2 * lat_max    (push + pull of the whole model)
@@ -36,23 +36,28 @@ def transfer_ms(nbytes: float, bandwidth_mbit: float) -> float:
     return 8.0 * nbytes / (bandwidth_mbit * 1e3)
 
 
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def check_group(group: Sequence[DeviceProfile]) -> None:
     """Raises ValueError naming the device and field if a profile cannot be planned with."""
     if not group:
         raise ValueError("a group needs at least one device")
     names = [d.name for d in group]
     if len(set(names)) != len(names):
-        raise ValueError("device names must be unique within a group, got %s" % names)
+        raise ValueError("device names must be unique, got %s" % names)
     for d in group:
-        if not d.bandwidth_mbit > 0:
-            raise ValueError("device %s: bandwidth_mbit must be > 0 Mbit/s, got %r" % (d.name, d.bandwidth_mbit))
-        if not d.latency_ms >= 0:
-            raise ValueError("device %s: latency_ms must be >= 0 ms, got %r" % (d.name, d.latency_ms))
-        if not d.memory_bytes > 0:
-            raise ValueError("device %s: memory_bytes must be > 0, got %r" % (d.name, d.memory_bytes))
+        for field, ok, expected in (("bandwidth_mbit", lambda v: v > 0, "a number > 0 (Mbit/s)"),
+                                    ("latency_ms", lambda v: v >= 0, "a number >= 0 (ms)"),
+                                    ("memory_bytes", lambda v: v > 0, "a number > 0 (bytes)"),
+                                    ("step_overhead_ms", lambda v: v >= 0, "a number >= 0 (ms)")):
+            value = getattr(d, field)
+            if not (_number(value) and ok(value)):
+                raise ValueError("device %s: %s must be %s, got %r" % (d.name, field, expected, value))
         for t in d.layers:
-            if not (t.compute_ms >= 0 and math.isfinite(t.compute_ms)):
-                raise ValueError("device %s: layer %s compute_ms must be a finite ms >= 0, got %r"
+            if not (_number(t.compute_ms) and t.compute_ms >= 0):
+                raise ValueError("device %s: layer %s compute_ms must be a number >= 0 (ms), got %r"
                                  % (d.name, t.name, t.compute_ms))
 
 
@@ -106,6 +111,8 @@ def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, prof
     recv = tuple(transfer_ms(batch * dim.out_bytes / dim.units,
                              min(d.bandwidth_mbit, group[i - 1].bandwidth_mbit)) for i, d in enumerate(group))
     reduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + 2 * (k - 1) * lat
+    if dim.in_bytes == 0:  # the first layer: its input (the image) has no gradient, no allreduce at all
+        reduce_ms = 0.0
     # out_bytes = 4 * h * w * units, so the per-unit activation bytes are an exact integer.
     mem = OPTIMIZER_COPIES * FLOAT_BYTES * dim.params_per_unit + batch * dim.out_bytes // dim.units
     return LayerCoeffs(dim.name, dim.units, tuple(d.layer_ms(dim.name) * scale for d in group), recv,
@@ -192,7 +199,8 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
             compute[i] += lc[i]
             comm[i] += gather[i] + reduce_ms
             memory[i] += co.mem_per_unit * held[i]
-        layers.append(LayerPrediction(dim.name, dim.units, tuple(shares) if shares is not None else None, lc, co.comm_ms(shares)))
+        layers.append(LayerPrediction(dim.name, dim.units, None if shares is None else tuple(shares), lc,
+                                      co.comm_ms(shares)))
     step = sum(lp.ms for lp in layers) + max(d.step_overhead_ms for d in group)
     return GroupPrediction(tuple(d.name for d in group), step, tuple(compute), tuple(comm),
                            tuple(memory), ps_sync_ms(group, stats, ps_bandwidth_mbit),

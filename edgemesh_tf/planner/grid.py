@@ -83,6 +83,8 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     """
     if not profile.devices:
         raise ValueError("profile has no devices")
+    if not (isinstance(profile.batch, int) and profile.batch >= 1):
+        raise ValueError("profile: batch must be a positive integer (examples per step), got %r" % (profile.batch,))
     if commit_interval < 1:
         raise ValueError("commit_interval must be >= 1 local steps, got %r" % commit_interval)
     batch = batch or profile.batch

@@ -1,0 +1,46 @@
+"""`edgemesh plan`: the grid and filter division of a model on a profiled cluster, as a layout file.
+
+    edgemesh plan --profile profiles/edge4.json --model vgg --out layouts/edge4_plan.yaml [--groups K] [--batch B]
+
+Prints a table of layers x devices (filters per device, predicted ms) and writes the layout YAML
+(one group: a plain layout for `edgemesh train --layout`; several: a `groups:` list).
+"""
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("profile", None, "Profile JSON written by profiling (per device layer ms, memory, links).")
+flags.DEFINE_enum("model", None, ["vgg", "resnet"], "Reference model (default: the profile's model).")
+flags.DEFINE_string("out", None, "Write the plan here (YAML); default: only print it.")
+flags.DEFINE_integer("groups", None, "Number of data-parallel groups (default: the best of 1..devices).",
+                     lower_bound=1)
+flags.DEFINE_integer("batch", None, "Examples per group per step (default: the profile's batch).", lower_bound=1)
+flags.DEFINE_integer("chunks", None, "Coarse granularity: shares in multiples of about units/chunks.", lower_bound=1)
+flags.DEFINE_integer("commit_interval", 1, "Local steps per parameter-server commit (sync cost is divided by it).",
+                     lower_bound=1)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise SystemExit("edgemesh plan: unexpected arguments %s" % argv[1:])
+    if not FLAGS.profile:
+        raise SystemExit("edgemesh plan: --profile is required (a profile JSON file)")
+    from edgemesh_tf.models.zoo import get_model
+    from edgemesh_tf.planner import format_table, plan, write_plan
+    from edgemesh_tf.profile.types import load_profile
+
+    try:
+        profile = load_profile(FLAGS.profile)
+        model = FLAGS.model or profile.model
+        if FLAGS.model and profile.model != FLAGS.model:
+            raise ValueError("%s: profile was measured for model %r, not %r" % (FLAGS.profile, profile.model, model))
+        if FLAGS.groups and FLAGS.groups > len(profile.devices):
+            raise ValueError("--groups %d: the profile has only %d devices" % (FLAGS.groups, len(profile.devices)))
+        spec = get_model(model, tuple(profile.image_shape), profile.num_classes)
+        result = plan(profile, spec, groups=FLAGS.groups, batch=FLAGS.batch, chunks=FLAGS.chunks,
+                      commit_interval=FLAGS.commit_interval)
+        print(format_table(result))
+        if FLAGS.out:
+            write_plan(result, FLAGS.out)
+            print("wrote %s" % FLAGS.out)
+    except (ValueError, OSError) as e:
+        raise SystemExit("edgemesh plan: %s" % e)

@@ -1,0 +1,47 @@
+"""Synthetic profiles and an exhaustive reference search for the planner tests."""
+import itertools
+
+from edgemesh_tf.planner.cost import predict
+from edgemesh_tf.planner.division import quantum
+from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
+
+BIG = 1 << 40  # bytes: a memory budget that never binds
+
+
+def device(name, layer_ms, *, bw=1000.0, lat=1.0, mem=BIG, overhead=1.0, task=None):
+    """A DeviceProfile with ``layer_ms`` {dim: ms}."""
+    return DeviceProfile(name, "/job:worker/task:%d/device:CPU:0" % (task if task is not None else hash(name) % 1000),
+                         tuple(LayerTiming(k, float(v)) for k, v in layer_ms.items()), int(mem), float(bw), float(lat),
+                         float(overhead))
+
+
+def flops_device(name, stats, gflops, task, **kw):
+    """A device whose layer ms follow the stats' FLOPs: fwd+bwd = 3x forward FLOPs at ``gflops``."""
+    return device(name, {d.name: 3 * d.flops * stats.batch / (gflops * 1e6) for d in stats.dims}, task=task, **kw)
+
+
+def profile(spec, devices, batch):
+    return Profile(spec.name, batch, spec.image_shape, spec.num_classes, tuple(devices))
+
+
+def compositions(n, k):
+    """All k-tuples of positive integers adding up to n."""
+    for cuts in itertools.combinations(range(1, n), k - 1):
+        edges = (0,) + cuts + (n,)
+        yield tuple(edges[j + 1] - edges[j] for j in range(k))
+
+
+def exhaustive_best(group, stats, chunks, profile_batch=None):
+    """The least predicted step ms over every replicate/split choice and share vector of every dim."""
+    k = len(group)
+    options = []
+    for d in stats.dims:
+        q = quantum(d.units, k, chunks)
+        opts = [None] + ([tuple(x * q for x in c) for c in compositions(d.units // q, k)] if q else [])
+        options.append(opts)
+    best = None
+    for combo in itertools.product(*options):
+        step = predict(group, stats, {d.name: s for d, s in zip(stats.dims, combo)},
+                       profile_batch=profile_batch).step_ms
+        best = step if best is None else min(best, step)
+    return best

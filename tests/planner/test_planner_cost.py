@@ -1,0 +1,85 @@
+"""Model sizes and the cost model's formulas, checked by hand on small numbers."""
+import subprocess
+import sys
+
+import pytest
+from planner_util import device
+
+from edgemesh_tf.models.spec import LayerSpec, ModelSpec
+from edgemesh_tf.models.zoo import get_model
+from edgemesh_tf.planner import model_stats, predict
+
+
+def test_vgg_sizes():
+    stats = model_stats(get_model("vgg", (32, 32, 3), 10), batch=32)
+    by = {d.name: d for d in stats.dims}
+    assert [d.name for d in stats.dims] == ["conv1", "conv2", "conv3", "conv4", "conv5", "fc1", "logits"]
+    conv1 = by["conv1"]
+    assert (conv1.params_per_unit, conv1.in_bytes, conv1.out_bytes) == (9 * 3 + 1, 0, 4 * 32 * 32 * 32)
+    assert by["conv2"].out_bytes == 4 * 16 * 16 * 32 and by["conv2"].in_bytes == 4 * 32 * 32 * 32  # pooled
+    assert by["conv2"].flops == 2 * 9 * 32 * 32 * 32 * 32
+    assert by["fc1"].in_bytes == 4 * 4 * 4 * 128 and by["fc1"].params_per_unit == 4 * 4 * 128 + 1  # flattened
+    assert by["logits"].params_per_unit == 257 and by["logits"].out_bytes == 40
+    assert stats.param_bytes == 4 * sum(d.params_per_unit * d.units for d in stats.dims)
+    assert stats.image_bytes == 4 * 32 * 32 * 3
+
+
+def test_res_block_has_two_dims():
+    stats = model_stats(get_model("resnet", (8, 8, 1), 10), batch=4)
+    names = [d.name for d in stats.dims]
+    assert names[:3] == ["stem", "res1a", "res1b"]
+    assert stats.dim("res1b").params_per_unit == 9 * 32 + 1 and stats.dim("res1b").in_bytes == 4 * 8 * 8 * 32
+    with pytest.raises(ValueError, match="res block 'r': input has 1 channels, block has 8"):
+        model_stats(ModelSpec("bad", (8, 8, 1), 2, (LayerSpec("res", "r", 8),)), 4)
+
+
+def test_step_memory_and_sync_by_hand():
+    # Two dense layers of 4 units; fc flattens the 8x8x1 image (64 features); 4 output bytes per unit.
+    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 4), LayerSpec("dense", "out", 4, relu=False)))
+    stats = model_stats(spec, batch=10)
+    a = device("a", {"fc": 40.0, "out": 2.0}, bw=8.0, lat=1.0, overhead=3.0, task=0)   # 8 Mbit/s = 1000 bytes/ms
+    b = device("b", {"fc": 80.0, "out": 4.0}, bw=16.0, lat=2.0, overhead=5.0, task=1)  # 2000 bytes/ms
+    p = predict([a, b], stats, {"fc": (3, 1)}, profile_batch=20)  # batch 10 of a profile at 20: half the ms
+    fc, out = p.layers
+    assert fc.compute_ms == pytest.approx((20 * 3 / 4, 40 * 1 / 4)) and out.compute_ms == (1.0, 2.0)
+    # allconcat: 10 ex * 4 bytes * the other units / min(own, predecessor's) bandwidth (8 Mbit/s) + 1 hop * 2 ms
+    gather = (2 + 10 * 4 * 1 / 1000, 2 + 10 * 4 * 3 / 1000)
+    # fc's input is the image: nothing to allreduce
+    assert fc.comm_ms == pytest.approx(max(gather))
+    assert p.step_ms == pytest.approx(max(15, 10) + max(gather) + 2.0 + 5.0)
+    assert p.comm_ms == pytest.approx(gather)
+    # memory: 3 copies * 4 bytes * params + batch * (image + inputs + own outputs)
+    fixed = 10 * (4 * 64 + 4 * 4)  # image + out's input (fc's gathered output)
+    assert p.memory_bytes == (fixed + 12 * 65 * 3 + 10 * 4 * 3 + 12 * 5 * 4 + 10 * 16,
+                              fixed + 12 * 65 * 1 + 10 * 4 * 1 + 12 * 5 * 4 + 10 * 16)
+    model_bytes = 4 * (65 * 4 + 5 * 4)
+    assert p.ps_sync_ms == pytest.approx(2 * model_bytes / 1000 + 2 * 2.0)
+
+
+def test_allreduce_of_input_gradient():
+    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 4), LayerSpec("dense", "out", 4, relu=False)))
+    stats = model_stats(spec, batch=10)
+    devs = [device("d%d" % i, {"fc": 1.0, "out": 1.0}, bw=8.0, lat=1.0, overhead=0.0, task=i) for i in range(2)]
+    out = predict(devs, stats, {"out": (2, 2)}).layers[1]
+    reduce_ms = 2 * 1 / 2 * 10 * 16 / 1000 + 2 * 1 * 1.0  # 2(k-1)/k * bytes / bw_min + 2(k-1) * latency
+    gather = 1.0 + 10 * 4 * 2 / 1000
+    assert out.comm_ms == pytest.approx(gather + reduce_ms)
+
+
+def test_bad_assignment_and_profile_are_named():
+    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 4),))
+    stats = model_stats(spec, batch=2)
+    devs = [device("d%d" % i, {"fc": 1.0}, task=i) for i in range(2)]
+    with pytest.raises(ValueError, match=r"shares of 'fc' must be 2 positive integers adding up to 4, got \[3, 0\]"):
+        predict(devs, stats, {"fc": (3, 0)})
+    with pytest.raises(ValueError, match="unknown dim"):
+        predict(devs, stats, {"fc2": None})
+    with pytest.raises(ValueError, match=r"device slow: bandwidth_mbit must be a number > 0 \(Mbit/s\), got 0.0"):
+        predict([devs[0], device("slow", {"fc": 1.0}, bw=0)], stats, {})
+    with pytest.raises(ValueError, match="device d1 has no timing for layer 'fc'|profile of device d1 has no timing"):
+        predict([devs[0], device("d1", {"other": 1.0})], stats, {})
+
+
+def test_planner_does_not_import_tensorflow():
+    code = "import sys, edgemesh_tf.planner, edgemesh_tf.cli.plan; sys.exit('tensorflow' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

@@ -1,0 +1,68 @@
+"""The adaptive grid: capability-balanced groups, throughput scoring, and planning time."""
+import dataclasses
+import random
+import time
+
+import pytest
+from planner_util import device, flops_device, profile
+
+from edgemesh_tf.models.zoo import get_model
+from edgemesh_tf.planner import PlanError, capability_groups, model_stats, plan
+from edgemesh_tf.planner.grid import throughput
+
+VGG32 = get_model("vgg", (32, 32, 3), 10)
+
+
+def test_sixteen_devices_vgg_plans_in_under_5s():
+    stats = model_stats(VGG32, 32)
+    rng = random.Random(0)
+    devs = [flops_device("edge%d" % i, stats, rng.choice([1, 2, 4, 8]), i, bw=rng.choice([10, 50, 100, 1000]),
+                         lat=rng.choice([1, 2, 5, 10]), mem=rng.choice([256, 512, 1024]) << 20) for i in range(16)]
+    start = time.perf_counter()
+    result = plan(profile(VGG32, devs, 32), VGG32)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 5.0, "planning 16 devices took %.2f s" % elapsed
+    assert sorted(n for g in result.groups for n in g.names) == sorted(d.name for d in devs)
+    assert len(result.candidates) == 16
+    assert result.examples_per_sec == pytest.approx(max(r for _, r in result.candidates))
+    for g in result.groups:
+        g.layout.validate(VGG32.dims(32))
+
+
+def test_capability_groups_balance_speed():
+    devs = [device("d%d" % i, {"l": ms}, task=i) for i, ms in enumerate([1, 2, 2, 4, 4, 4, 4])]  # speeds 1, .5, .25
+    groups = capability_groups(devs, 2)
+    totals = [sum(1 / d.layers[0].compute_ms for d in g) for g in groups]
+    assert totals == [1.5, 1.5]
+    assert all(g == sorted(g, key=lambda d: d.layers[0].compute_ms) for g in groups)  # fastest first
+    assert [len(g) for g in capability_groups(devs, 7)] == [1] * 7
+    with pytest.raises(ValueError, match="number of groups must be in 1..7"):
+        capability_groups(devs, 8)
+
+
+def _homo(n, **kw):
+    stats = model_stats(VGG32, 32)
+    return profile(VGG32, [flops_device("n%d" % i, stats, 4, i, **kw) for i in range(n)], 32)
+
+
+def test_fast_links_slow_ps_prefer_one_model_parallel_group():
+    prof = _homo(4, bw=10000, lat=0.05)
+    prof = dataclasses.replace(prof, ps_bandwidth_mbit=1.0)
+    result = plan(prof, VGG32)
+    assert len(result.groups) == 1 and result.groups[0].layout.num_devices == 4
+    assert result.groups[0].layout.rules  # filters are split
+
+
+def test_slow_links_prefer_data_parallel_groups():
+    result = plan(_homo(4, bw=20, lat=20), VGG32, commit_interval=8)
+    assert len(result.groups) == 4
+    preds = [g.prediction for g in result.groups]
+    assert result.examples_per_sec == pytest.approx(throughput(preds, 32, 8))
+    assert result.examples_per_sec == pytest.approx(sum(32000 / (p.step_ms + p.ps_sync_ms / 8) for p in preds))
+
+
+def test_forced_groups_and_memory_error():
+    result = plan(_homo(4, bw=100, lat=1), VGG32, groups=2, batch=16)
+    assert [len(g.names) for g in result.groups] == [2, 2] and all(g.batch == 16 for g in result.groups)
+    with pytest.raises(PlanError, match=r"device n\d: .* bytes missing"):
+        plan(_homo(4, bw=100, lat=1, mem=1 << 20), VGG32)

@@ -1,0 +1,63 @@
+"""The filter division matches an exhaustive search over all share vectors with the same cost model."""
+import random
+
+import pytest
+from planner_util import compositions, device, exhaustive_best
+
+from edgemesh_tf.models.spec import LayerSpec, ModelSpec
+from edgemesh_tf.planner import divide, model_stats, predict
+from edgemesh_tf.planner.cost import layer_coeffs
+from edgemesh_tf.planner.division import quantum, solve_layer
+
+# (devices, chunks, layers): at most 4 devices and 3 layers, coarse shares keep the search small.
+CASES = [(2, 8, 3), (3, 8, 2), (4, 6, 3), (3, 6, 3), (2, 4, 1), (4, 8, 2)]
+
+
+def _spec(rng, n_layers, chunks):
+    layers = [LayerSpec("conv", "conv1", chunks * rng.choice([1, 2, 4]), pool=True)]
+    if n_layers >= 2:
+        layers.append(LayerSpec("conv", "conv2", chunks * rng.choice([1, 2, 3]), pool=rng.random() < 0.5))
+    if n_layers >= 3:
+        layers.append(LayerSpec("dense", "fc1", chunks * rng.choice([2, 4])))
+    return ModelSpec("tiny", (8, 8, 1), 4, tuple(layers))
+
+
+def _group(rng, stats, k):
+    return [device("d%d" % i, {d.name: rng.uniform(1, 60) for d in stats.dims}, bw=rng.choice([2, 5, 20, 100, 1000]),
+                   lat=rng.uniform(0, 3), overhead=rng.uniform(0, 2), task=i) for i in range(k)]
+
+
+@pytest.mark.parametrize("seed", range(len(CASES)))
+def test_division_matches_exhaustive_search(seed):
+    rng = random.Random(1000 + seed)
+    k, chunks, n_layers = CASES[seed]
+    stats = model_stats(_spec(rng, n_layers, chunks), batch=8)
+    group = _group(rng, stats, k)
+    got = divide(group, stats, chunks=chunks).prediction.step_ms
+    best = exhaustive_best(group, stats, chunks)
+    assert best - 1e-9 <= got <= best * 1.01, (got, best)
+
+
+def test_layer_solver_exact_at_finer_granularity():
+    """One layer, 3 devices, 24 quanta (253 share vectors), many random cost mixes."""
+    rng = random.Random(7)
+    stats = model_stats(ModelSpec("one", (8, 8, 1), 4, (LayerSpec("conv", "conv1", 24, pool=True),)), batch=16)
+    dim = stats.dims[0]
+    for _ in range(40):
+        group = _group(rng, stats, 3)
+        co = layer_coeffs(group, dim, stats.batch, stats.batch)
+        shares = solve_layer(co, 1, [24, 24, 24])
+        best = min(co.layer_ms(s) for s in compositions(24, 3))
+        assert sum(shares) == 24 and min(shares) >= 1
+        assert co.layer_ms(shares) <= best + 1e-9
+
+
+def test_quantum_and_split_prediction_consistent():
+    assert quantum(64, 2, 8) == 8 and quantum(10, 4, 8) == 1 and quantum(3, 4, None) is None
+    assert quantum(64, 16, 8) == 4 and quantum(64, 3, None) == 1
+    rng = random.Random(3)
+    stats = model_stats(_spec(rng, 3, 8), batch=8)
+    group = _group(rng, stats, 3)
+    div = divide(group, stats, chunks=8)
+    again = predict(group, stats, dict(div.assignment))
+    assert again == div.prediction
