@@ -99,8 +99,9 @@ def _pump(src: socket.socket, dst: socket.socket, delay_s: float, rate_mbit: flo
                 if rate_mbit:
                     wire_free = max(now, wire_free) + len(data) * 8 / (rate_mbit * 1e6)
                     q.put((wire_free + delay_s, data))
-                    if wire_free - now > QUEUE_S:  # back-pressure instead of an unbounded buffer
-                        time.sleep(wire_free - now - QUEUE_S)
+                    ahead = wire_free - time.monotonic()
+                    if ahead > QUEUE_S:  # back-pressure instead of an unbounded buffer
+                        time.sleep(ahead - QUEUE_S)
                 else:
                     q.put((now + delay_s, data))
         except OSError:

@@ -4,13 +4,15 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
 (U units, device i holding s_i >= 1 of them; k devices; batch b; profile batch b0):
 
   compute_i,l = layer_ms_i,l * b/b0 * s_i/U            (replicated: layer_ms_i,l * b/b0 on every device)
-  gather_i,l  = (k-1) * lat_max + 8 * b * out_l * (U - s_i)/U / min(bw_i, bw_{i-1})   forward allconcat:
-                device i receives the other shares from its ring predecessor, one latency per ring step
-  reduce_l    = 2(k-1)/k * 8 * b * in_l / bw_min + 2(k-1) * lat_max     backward ring allreduce of the
+  gather_i,l  = (k-1) * hop + 8 * b * out_l * (U - s_i)/U / min(bw_i, bw_{i-1})   forward allconcat:
+                device i receives the other shares from its ring predecessor i-1 over both their links;
+                hop = max_i (lat_{i-1} + lat_i), a device-to-device path crosses two links
+  reduce_l    = 2(k-1)/k * 8 * b * in_l / bw_min + 2(k-1) * hop     backward ring allreduce of the
                 (replicated) input gradient; 0 for the first layer (the image needs no gradient)
   layer_ms_l  = max_i compute_i,l + max_i gather_i,l + reduce_l   (each split layer ends in a collective)
   step_ms     = sum_l layer_ms_l + max_i step_overhead_ms_i
-  ps_sync_ms  = 2 * 8 * model_bytes / min(bw_min, ps_bw) + 2 * lat_max    (push + pull of the whole model)
+  ps_sync_ms  = 2 * 8 * model_bytes / min(bw_min, ps_bw) + 2 * lat_max    (push + pull of the whole model;
+                lat_max: the group's largest link latency, the PS's own link is not profiled)
   memory_i    = 3 * 4 * sum_l params_per_unit_l * s_i,l   (weights, momentum, gradient; float32)
                 + b * (image + sum_l in_l + sum_l out_l * s_i,l/U)   (inputs kept for backward, own outputs)
 
@@ -67,7 +69,7 @@ class LayerCoeffs:
 
     full_ms: per device, ms of the whole layer at the planned batch.
     recv_ms_per_unit: per device, ms to receive one unit's output activations (whole batch).
-    hop_ms: (k-1) * lat_max, the latencies of the allconcat's ring steps.
+    hop_ms: (k-1) * hop, the latencies of the allconcat's ring steps.
     reduce_ms: the backward allreduce of the input gradient.
     mem_per_unit: bytes one unit costs a device: 12 * params_per_unit + batch * out / U.
     """
@@ -104,19 +106,19 @@ class LayerCoeffs:
 def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, profile_batch: int) -> LayerCoeffs:
     """The cost terms of ``dim`` on ``group``; compute scales linearly from the profile batch."""
     k = len(group)
-    lat = max(d.latency_ms for d in group)
+    hop = max(d.latency_ms + group[i - 1].latency_ms for i, d in enumerate(group)) if k > 1 else 0.0
     bw_min = min(d.bandwidth_mbit for d in group)
     scale = batch / profile_batch
     # Ring order = group order: device i receives everything from device i-1 (wrapping around).
     recv = tuple(transfer_ms(batch * dim.out_bytes / dim.units,
                              min(d.bandwidth_mbit, group[i - 1].bandwidth_mbit)) for i, d in enumerate(group))
-    reduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + 2 * (k - 1) * lat
+    reduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + 2 * (k - 1) * hop
     if dim.in_bytes == 0:  # the first layer: its input (the image) has no gradient, no allreduce at all
         reduce_ms = 0.0
     # out_bytes = 4 * h * w * units, so the per-unit activation bytes are an exact integer.
     mem = OPTIMIZER_COPIES * FLOAT_BYTES * dim.params_per_unit + batch * dim.out_bytes // dim.units
     return LayerCoeffs(dim.name, dim.units, tuple(d.layer_ms(dim.name) * scale for d in group), recv,
-                       (k - 1) * lat, reduce_ms, mem)
+                       (k - 1) * hop, reduce_ms, mem)
 
 
 def fixed_memory_bytes(stats: ModelStats) -> int:

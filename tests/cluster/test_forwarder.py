@@ -11,7 +11,7 @@ from edgemesh_tf.cluster import forwarder
 
 @pytest.fixture
 def echo_and_sink():
-    """A loopback server that echoes small messages and counts bulk bytes until EOF."""
+    """A loopback server that answers every stream segment ending in b"ping" (bulk data is dropped)."""
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen()
@@ -22,8 +22,8 @@ def echo_and_sink():
             data = c.recv(65536)
             if not data:
                 break
-            if len(data) < 64:
-                c.sendall(data)
+            if data.endswith(b"ping"):
+                c.sendall(b"pong")
         c.close()
 
     def loop():

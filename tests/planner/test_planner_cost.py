@@ -42,8 +42,9 @@ def test_step_memory_and_sync_by_hand():
     p = predict([a, b], stats, {"fc": (3, 1)}, profile_batch=20)  # batch 10 of a profile at 20: half the ms
     fc, out = p.layers
     assert fc.compute_ms == pytest.approx((20 * 3 / 4, 40 * 1 / 4)) and out.compute_ms == (1.0, 2.0)
-    # allconcat: 10 ex * 4 bytes * the other units / min(own, predecessor's) bandwidth (8 Mbit/s) + 1 hop * 2 ms
-    gather = (2 + 10 * 4 * 1 / 1000, 2 + 10 * 4 * 3 / 1000)
+    # allconcat: 10 ex * 4 bytes * the other units / min(own, predecessor's) bandwidth (8 Mbit/s)
+    # + 1 hop * (1 + 2) ms (a device-to-device path crosses both devices' links)
+    gather = (3 + 10 * 4 * 1 / 1000, 3 + 10 * 4 * 3 / 1000)
     # fc's input is the image: nothing to allreduce
     assert fc.comm_ms == pytest.approx(max(gather))
     assert p.step_ms == pytest.approx(max(15, 10) + max(gather) + 2.0 + 5.0)
@@ -61,8 +62,8 @@ def test_allreduce_of_input_gradient():
     stats = model_stats(spec, batch=10)
     devs = [device("d%d" % i, {"fc": 1.0, "out": 1.0}, bw=8.0, lat=1.0, overhead=0.0, task=i) for i in range(2)]
     out = predict(devs, stats, {"out": (2, 2)}).layers[1]
-    reduce_ms = 2 * 1 / 2 * 10 * 16 / 1000 + 2 * 1 * 1.0  # 2(k-1)/k * bytes / bw_min + 2(k-1) * latency
-    gather = 1.0 + 10 * 4 * 2 / 1000
+    reduce_ms = 2 * 1 / 2 * 10 * 16 / 1000 + 2 * 1 * 2.0  # 2(k-1)/k * bytes / bw_min + 2(k-1) * (1 + 1 ms)
+    gather = 2.0 + 10 * 4 * 2 / 1000
     assert out.comm_ms == pytest.approx(gather + reduce_ms)
 
 

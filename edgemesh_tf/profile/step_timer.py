@@ -1,0 +1,94 @@
+"""Measure a layout for real: median training-step time and each server's peak memory.
+
+This is how the cost model is checked against measurement (bench/planner.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from edgemesh_tf.mesh.compat import tf
+from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.profile.profiler import read_vm_kb
+from edgemesh_tf.train.graph import build_train_graph
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMeasurement:
+    """step_ms: every timed step (ms); peak_bytes: {device name: VmHWM above its RSS before the run}."""
+
+    step_ms: tuple[float, ...]
+    peak_bytes: Mapping[str, int]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.step_ms)
+
+
+def reset_peak(pid: int) -> None:
+    """Resets a process's VmHWM to its current RSS (Linux: "5" > /proc/PID/clear_refs)."""
+    try:
+        with open("/proc/%d/clear_refs" % pid, "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+class LayoutRunner:
+    """A built training step of ``layout`` on a cluster, ready to time; close() frees the session."""
+
+    def __init__(self, spec: ModelSpec, layout: Layout, batch: int, session_target: str, master_device: str,
+                 seed: int = 0):
+        self.graph = build_train_graph(spec, layout, batch, learning_rate=0.01, seed=seed,
+                                       master_device=master_device)
+        self.sess = tf.Session(session_target, graph=self.graph.graph)
+        self.sess.run(self.graph.init_op)
+        self.sess.run(self.graph.copy_masters_to_slices)
+        rng = np.random.RandomState(seed)
+        self.feed = {self.graph.images: rng.rand(batch, *spec.image_shape).astype(np.float32),
+                     self.graph.labels: rng.randint(0, spec.num_classes, batch).astype(np.int32)}
+
+    def step_ms(self) -> float:
+        t0 = time.perf_counter()
+        self.sess.run(self.graph.train_op, self.feed)
+        return (time.perf_counter() - t0) * 1e3
+
+    def close(self) -> None:
+        self.sess.close()
+
+
+def measure_side_by_side(runners: Mapping[str, LayoutRunner], steps: int, round_steps: int = 3,
+                         warmup: int = 3) -> dict[str, list[float]]:
+    """Interleaves rounds of ``round_steps`` steps per runner until each has ``steps`` timings, so
+    that a shared machine's noise hits every configuration alike."""
+    for r in runners.values():
+        for _ in range(warmup):
+            r.step_ms()
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    while min(len(v) for v in times.values()) < steps:
+        for name, r in runners.items():
+            times[name] += [r.step_ms() for _ in range(round_steps)]
+    return times
+
+
+def measure_memory(spec: ModelSpec, layout: Layout, batch: int, session_target: str, master_device: str,
+                   pids: Mapping[str, int], devices: Sequence[str], steps: int = 5) -> StepMeasurement:
+    """Peak memory of each server in ``devices`` (names into ``pids``) while training ``layout``."""
+    tf.Session.reset(session_target)
+    before = {}
+    for name in devices:
+        reset_peak(pids[name])
+        before[name] = read_vm_kb(pids[name], "VmRSS")
+    runner = LayoutRunner(spec, layout, batch, session_target, master_device)
+    try:
+        times = [runner.step_ms() for _ in range(steps)]
+    finally:
+        runner.close()
+    peak = {n: max(0, read_vm_kb(pids[n], "VmHWM") - before[n]) * 1024 for n in devices}
+    tf.Session.reset(session_target)
+    return StepMeasurement(tuple(times), peak)
