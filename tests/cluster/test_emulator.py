@@ -43,7 +43,8 @@ def _run_ops_on_every_device(tf, cluster, target):
         parts = []
         for i, name in enumerate(cluster.devices):
             with tf.device(cluster.device(name)):
-                parts.append(tf.constant(float(i)) + 10.0)
+                # A stateful op, so that grappler cannot fold it into a constant on the master.
+                parts.append(tf.random.uniform([]) * 0.0 + float(i) + 10.0)
         with tf.device(cluster.device("w0")):
             total = tf.add_n(parts)
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)

@@ -3,7 +3,7 @@ each other over 50 steps (loss within 1e-4 relative) and with plain TF (gradient
 import numpy as np
 import pytest
 
-from meshtest_util import feeds, layouts, run_mesh, run_plain
+from tfref import feeds, layouts, run_mesh, run_plain
 
 
 @pytest.fixture(scope="module")

@@ -31,8 +31,9 @@ def compositions(n, k):
         yield tuple(edges[j + 1] - edges[j] for j in range(k))
 
 
-def exhaustive_best(group, stats, chunks, profile_batch=None):
-    """The least predicted step ms over every replicate/split choice and share vector of every dim."""
+def exhaustive_best(group, stats, chunks, profile_batch=None, fits=False):
+    """The least predicted step ms over every replicate/split choice and share vector of every dim
+    (with ``fits``: only plans within every device's memory_bytes; None if there is none)."""
     k = len(group)
     options = []
     for d in stats.dims:
@@ -41,7 +42,8 @@ def exhaustive_best(group, stats, chunks, profile_batch=None):
         options.append(opts)
     best = None
     for combo in itertools.product(*options):
-        step = predict(group, stats, {d.name: s for d, s in zip(stats.dims, combo)},
-                       profile_batch=profile_batch).step_ms
-        best = step if best is None else min(best, step)
+        pred = predict(group, stats, {d.name: s for d, s in zip(stats.dims, combo)}, profile_batch=profile_batch)
+        if fits and any(m > d.memory_bytes for m, d in zip(pred.memory_bytes, group)):
+            continue
+        best = pred.step_ms if best is None else min(best, pred.step_ms)
     return best

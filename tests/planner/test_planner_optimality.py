@@ -1,11 +1,12 @@
 """The filter division matches an exhaustive search over all share vectors with the same cost model."""
+import dataclasses
 import random
 
 import pytest
 from planner_util import compositions, device, exhaustive_best
 
 from edgemesh_tf.models.spec import LayerSpec, ModelSpec
-from edgemesh_tf.planner import divide, model_stats, predict
+from edgemesh_tf.planner import PlanError, divide, model_stats, predict
 from edgemesh_tf.planner.cost import layer_coeffs
 from edgemesh_tf.planner.division import quantum, solve_layer
 
@@ -61,3 +62,24 @@ def test_quantum_and_split_prediction_consistent():
     div = divide(group, stats, chunks=8)
     again = predict(group, stats, dict(div.assignment))
     assert again == div.prediction
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tight_memory_finds_a_fitting_plan_when_one_exists(seed):
+    """With one device's budget below its unconstrained need, the (heuristic) memory fitting still
+    returns a plan that fits, no better than the exhaustive best that fits."""
+    rng = random.Random(2000 + seed)
+    k, chunks, n_layers = CASES[seed]
+    stats = model_stats(_spec(rng, n_layers, chunks), batch=8)
+    group = _group(rng, stats, k)
+    free = divide(group, stats, chunks=chunks).prediction
+    i = rng.randrange(k)
+    group[i] = dataclasses.replace(group[i], memory_bytes=int(free.memory_bytes[i] * 0.8))
+    best = exhaustive_best(group, stats, chunks, fits=True)
+    if best is None:
+        with pytest.raises(PlanError, match="device d%d" % i):
+            divide(group, stats, chunks=chunks)
+        return
+    got = divide(group, stats, chunks=chunks).prediction
+    assert all(m <= d.memory_bytes for m, d in zip(got.memory_bytes, group))
+    assert best - 1e-9 <= got.step_ms <= best * 1.3

@@ -9,26 +9,10 @@ import numpy as np
 from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
-from edgemesh_tf.models.plain_tf import PlainModel
 from edgemesh_tf.train.graph import build_train_graph
+from tfref import run_plain
 
 LR, MOM, SEED, B, RUNS = 0.05, 0.9, 5, 32, 12
-
-
-def _plain_weights(spec, feeds):
-    graph = tf.Graph()
-    with graph.as_default():
-        tf.set_random_seed(SEED)
-        x = tf.placeholder(tf.float32, [B, *spec.image_shape])
-        y = tf.placeholder(tf.int32, [B])
-        model = PlainModel(spec, SEED)
-        step = tf.train.MomentumOptimizer(LR, MOM).minimize(model.loss(x, y))
-        init = tf.global_variables_initializer()
-    with tf.Session(graph=graph, config=session_config(1)) as sess:
-        sess.run(init)
-        for a, b in feeds:
-            sess.run(step, {x: a, y: b})
-        return sess.run(model.variables)
 
 
 def test_repeated_runs_update_exactly_like_plain_tf(vgg_digits, digits):
@@ -38,7 +22,7 @@ def test_repeated_runs_update_exactly_like_plain_tf(vgg_digits, digits):
                     rules=(("batch", "batch"),) + tuple((n, "model") for n in dims),
                     sizes=(("batch", (20, 12)),) + tuple((n, (s * 5 // 8, s - s * 5 // 8)) for n, s in dims.items()))
     feeds = [(digits.train_x[i * B:(i + 1) * B], digits.train_y[i * B:(i + 1) * B]) for i in range(2)]
-    expected = _plain_weights(vgg_digits, feeds)
+    expected = run_plain(vgg_digits, feeds, lr=LR, momentum=MOM, seed=SEED)[2]
     worst = []
     for _ in range(RUNS):
         g = build_train_graph(vgg_digits, layout, B, learning_rate=LR, momentum=MOM, seed=SEED)

@@ -1,4 +1,4 @@
-"""Helpers shared by the mesh tests: run a few steps under a layout, or in plain TF."""
+"""Helpers shared by the tests: run a few steps under a layout, or the same model in plain TF."""
 import numpy as np
 
 from edgemesh_tf.mesh.build import session_config
@@ -42,17 +42,18 @@ def run_mesh(spec, layout, batches, fetch_grads=True):
     return np.array(losses), grads, weights
 
 
-def run_plain(spec, batches):
-    """The same model and optimizer in plain TF (tf.train.MomentumOptimizer)."""
+def run_plain(spec, batches, lr=LR, momentum=MOMENTUM, seed=SEED):
+    """The same model and optimizer in plain TF (tf.train.MomentumOptimizer); returns
+    (losses per step, {var: gradient at step 0}, {var: weights after the last step})."""
     graph = tf.Graph()
     with graph.as_default():
-        tf.set_random_seed(SEED)
+        tf.set_random_seed(seed)
         x = tf.placeholder(tf.float32, [BATCH, *spec.image_shape])
         y = tf.placeholder(tf.int32, [BATCH])
-        model = PlainModel(spec, SEED)
+        model = PlainModel(spec, seed)
         loss = model.loss(x, y)
         grads = dict(zip(model.variables, tf.gradients(loss, list(model.variables.values()))))
-        step = tf.train.MomentumOptimizer(LR, MOMENTUM).minimize(loss)
+        step = tf.train.MomentumOptimizer(lr, momentum).minimize(loss)
         init = tf.global_variables_initializer()
     with tf.Session(graph=graph, config=session_config(1)) as sess:
         sess.run(init)
