@@ -43,9 +43,9 @@ class LayoutRunner:
     """A built training step of ``layout`` on a cluster, ready to time; close() frees the session."""
 
     def __init__(self, spec: ModelSpec, layout: Layout, batch: int, session_target: str, master_device: str,
-                 seed: int = 0):
+                 seed: int = 0, container: str = ""):
         self.graph = build_train_graph(spec, layout, batch, learning_rate=0.01, seed=seed,
-                                       master_device=master_device)
+                                       master_device=master_device, container=container)
         self.sess = tf.Session(session_target, graph=self.graph.graph)
         self.sess.run(self.graph.init_op)
         self.sess.run(self.graph.copy_masters_to_slices)

@@ -52,20 +52,22 @@ class _Placer:
 
 def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learning_rate: float = 0.05,
                       momentum: float = 0.9, seed: int = 0, master_device: str | None = None,
-                      mesh_impl=None) -> TrainGraph:
+                      mesh_impl=None, container: str = "") -> TrainGraph:
     """Builds the model, its loss and one SGD-with-momentum step under ``layout``.
 
     Args:
       master_device: where whole (master) variables live; defaults to the layout's first device.
       mesh_impl: overrides the lowering implementation (benchmarks compare mtf's stock one);
         ``layout`` then only names the master device.
+      container: TF resource container of the variables: graphs that share servers at the same
+        time need distinct containers (variables on a server are shared by name otherwise).
     Raises:
       ValueError: the layout does not fit the model (names the dim/device and the expected value).
     """
     if mesh_impl is None:
         layout.validate(spec.dims(batch_size))
     graph = tf.Graph()
-    with graph.as_default():
+    with graph.as_default(), tf.container(container):
         tf.set_random_seed(seed)
         mtf_graph = mtf.Graph()
         master = master_device or layout.devices[0]

@@ -1,0 +1,117 @@
+"""The planner against measurement on the emulated testbed.
+
+    python bench/planner.py --cluster layouts/edge4.yaml [--model vgg] [--dataset digits] [--batch 32]
+
+1. Starts the emulated cluster, profiles every worker (edgemesh profile), plans one group over all
+   workers (edgemesh plan --groups 1) and builds the even split over the same devices.
+2. Measures both layouts side by side (interleaved rounds) through the servers: median step time,
+   and compares with the cost model's prediction.
+3. Memory (fresh clusters, so each server's peak is its own): peak RSS above the idle server of a
+   4-way even filter split per device, against training the same model and batch on one device.
+Prints one JSON object.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+from edgemesh_tf.cluster import emulated_cluster, load_cluster
+from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.models import get_model
+from edgemesh_tf.planner import model_stats, plan, predict
+from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
+from edgemesh_tf.profile.run import DEFAULT_MEMORY_MIB
+from edgemesh_tf.profile.step_timer import LayoutRunner, measure_memory, measure_side_by_side
+
+IMAGE_SHAPES = {"digits": (8, 8, 1), "mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
+
+
+def even_shares(units: int, k: int) -> tuple[int, ...] | None:
+    """The most even integer split (None if some device would get 0)."""
+    if units < k:
+        return None
+    return tuple(units // k + (1 if i < units % k else 0) for i in range(k))
+
+
+def even_layout(spec, devices, names):
+    dims = spec.split_dims()
+    shares = {n: even_shares(u, len(devices)) for n, u in dims.items()}
+    shares = {n: s for n, s in shares.items() if s}
+    layout = Layout(mesh=(("model", len(devices)),), devices=tuple(devices),
+                    rules=tuple((n, "model") for n in shares), sizes=tuple(shares.items()))
+    return layout, shares
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster", default="layouts/edge4.yaml")
+    ap.add_argument("--model", default="vgg")
+    ap.add_argument("--dataset", default="digits", choices=sorted(IMAGE_SHAPES))
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=15, help="timed steps per layout")
+    ap.add_argument("--memory_model", default="vgg", help="model of the memory comparison")
+    ap.add_argument("--memory_dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
+    ap.add_argument("--memory_batch", type=int, default=32)
+    args = ap.parse_args()
+    t_start = time.time()
+    spec = get_model(args.model, IMAGE_SHAPES[args.dataset], 10)
+    cluster = load_cluster(args.cluster)
+    workers = [d.name for d in cluster.workers]
+    master = (cluster.chief or cluster.workers[0]).device_string
+    out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch}
+
+    with emulated_cluster(cluster) as em:
+        t0 = time.time()
+        profile = profile_devices(spec, args.batch, [
+            DeviceToProfile(n, em.device(n), (cluster.device(n).memory_mib or DEFAULT_MEMORY_MIB) << 20,
+                            em.devices[n].pid) for n in workers], em.session_target, master)
+        out["profile_s"] = round(time.time() - t0, 1)
+        stats = model_stats(spec, args.batch)
+        planned = plan(profile, spec, groups=1, batch=args.batch).groups[0]
+        group = [profile.device(n) for n in planned.names]
+        devices = [em.device(n) for n in planned.names]
+        even, even_assign = even_layout(spec, devices, planned.names)
+        pred = {"planned": planned.prediction.step_ms,
+                "even": predict(group, stats, even_assign, profile_batch=profile.batch).step_ms}
+        layouts = {"planned": planned.layout, "even": even}
+        runners = {k: LayoutRunner(spec, lay, args.batch, em.session_target, master, container=k)
+                   for k, lay in layouts.items()}
+        try:
+            times = measure_side_by_side(runners, args.steps)
+        finally:
+            for r in runners.values():
+                r.close()
+        med = {k: statistics.median(v) for k, v in times.items()}
+        sizes = dict(planned.layout.sizes)
+        out["planned_layout"] = {"devices": list(planned.names),
+                                 "sizes": {d.name: list(sizes.get(d.name, ())) or "replicated" for d in stats.dims}}
+        for k in ("planned", "even"):
+            out[k] = {"predicted_step_ms": round(pred[k], 2), "measured_median_step_ms": round(med[k], 2),
+                      "predicted_over_measured": round(pred[k] / med[k], 3),
+                      "examples_per_sec": round(args.batch * 1e3 / med[k], 1), "steps": len(times[k])}
+        out["planned_over_even_throughput"] = round(med["even"] / med["planned"], 3)
+
+    mem_spec = get_model(args.memory_model, IMAGE_SHAPES[args.memory_dataset], 10)
+    peaks = {}
+    for mode in ("one_device", "filter_split"):
+        with emulated_cluster(cluster) as em:
+            pids = {n: em.devices[n].pid for n in workers}
+            if mode == "one_device":
+                layout, devs = Layout(mesh=(("model", 1),), devices=(em.device(workers[0]),)), workers[:1]
+            else:
+                layout, devs = even_layout(mem_spec, [em.device(n) for n in workers], workers)[0], workers
+            peaks[mode] = measure_memory(mem_spec, layout, args.memory_batch, em.session_target, master, pids,
+                                         devs).peak_bytes
+    out["memory"] = {"model": args.memory_model, "dataset": args.memory_dataset, "batch": args.memory_batch,
+                     "one_device_peak_bytes": peaks["one_device"], "filter_split_peak_bytes": peaks["filter_split"],
+                     "split_over_one_device_max": round(max(peaks["filter_split"].values())
+                                                        / max(1, max(peaks["one_device"].values())), 3)}
+    out["seconds"] = round(time.time() - t_start, 1)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
