@@ -4,13 +4,18 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
 (U units, device i holding s_i >= 1 of them; k devices; batch b; profile batch b0):
 
   compute_i,l = layer_ms_i,l * b/b0 * s_i/U            (replicated: layer_ms_i,l * b/b0 on every device)
-  gather_i,l  = (k-1) * hop + 8 * b * out_l * (U - s_i)/U / min(bw_i, bw_{i-1})   forward allconcat:
-                device i receives the other shares from its ring predecessor i-1 over both their links;
-                hop = max_i (lat_{i-1} + lat_i), a device-to-device path crosses two links
-  reduce_l    = 2(k-1)/k * 8 * b * in_l / bw_min + 2(k-1) * hop     backward ring allreduce of the
-                (replicated) input gradient; 0 for the first layer (the image needs no gradient)
+  gather_i,l  = L_concat + 8 * b * out_l * (U - s_i)/U / min(bw_i, bw_{i-1})   forward allconcat:
+                device i receives the other shares over its link and its ring neighbour's; L_concat is
+                the critical-path latency of mtf's allconcat ring (``collectives``), where a hop
+                a -> b costs lat_a + lat_b
+  reduce_l    = 2(k-1)/k * 8 * b * in_l / bw_min + L_reduce     backward ring allreduce of the
+                (replicated) input gradient, L_reduce the critical path of mtf's allreduce ring;
+                0 for the first layer (the image needs no gradient)
   layer_ms_l  = max_i compute_i,l + max_i gather_i,l + reduce_l   (each split layer ends in a collective)
-  step_ms     = sum_l layer_ms_l + max_i step_overhead_ms_i
+  base_ms     = max_i (2 * step_overhead_ms_i + 8 * b * image / bw_i)   per step the master starts the
+                device (a round trip, step_overhead_ms = measured round trip of an empty run), the device
+                fetches its input batch (a round trip + the bytes)
+  step_ms     = sum_l layer_ms_l + base_ms
   ps_sync_ms  = 2 * 8 * model_bytes / min(bw_min, ps_bw) + 2 * lat_max    (push + pull of the whole model;
                 lat_max: the group's largest link latency, the PS's own link is not profiled)
   memory_i    = 3 * 4 * sum_l params_per_unit_l * s_i,l   (weights, momentum, gradient; float32)
@@ -25,6 +30,7 @@ import dataclasses
 import math
 from typing import Mapping, Sequence
 
+from edgemesh_tf.planner.collectives import allconcat_latency_ms, allreduce_latency_ms
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, DimStats, ModelStats
 from edgemesh_tf.profile.types import DeviceProfile
 
@@ -69,7 +75,7 @@ class LayerCoeffs:
 
     full_ms: per device, ms of the whole layer at the planned batch.
     recv_ms_per_unit: per device, ms to receive one unit's output activations (whole batch).
-    hop_ms: (k-1) * hop, the latencies of the allconcat's ring steps.
+    hop_ms: critical-path latency of the allconcat ring.
     reduce_ms: the backward allreduce of the input gradient.
     mem_per_unit: bytes one unit costs a device: 12 * params_per_unit + batch * out / U.
     """
@@ -106,19 +112,26 @@ class LayerCoeffs:
 def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, profile_batch: int) -> LayerCoeffs:
     """The cost terms of ``dim`` on ``group``; compute scales linearly from the profile batch."""
     k = len(group)
-    hop = max(d.latency_ms + group[i - 1].latency_ms for i, d in enumerate(group)) if k > 1 else 0.0
+    lat = [d.latency_ms for d in group]
     bw_min = min(d.bandwidth_mbit for d in group)
     scale = batch / profile_batch
     # Ring order = group order: device i receives everything from device i-1 (wrapping around).
     recv = tuple(transfer_ms(batch * dim.out_bytes / dim.units,
                              min(d.bandwidth_mbit, group[i - 1].bandwidth_mbit)) for i, d in enumerate(group))
-    reduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + 2 * (k - 1) * hop
+    in_elements = batch * dim.in_bytes // FLOAT_BYTES
+    reduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + allreduce_latency_ms(lat, in_elements)
     if dim.in_bytes == 0:  # the first layer: its input (the image) has no gradient, no allreduce at all
         reduce_ms = 0.0
     # out_bytes = 4 * h * w * units, so the per-unit activation bytes are an exact integer.
     mem = OPTIMIZER_COPIES * FLOAT_BYTES * dim.params_per_unit + batch * dim.out_bytes // dim.units
     return LayerCoeffs(dim.name, dim.units, tuple(d.layer_ms(dim.name) * scale for d in group), recv,
-                       (k - 1) * hop, reduce_ms, mem)
+                       allconcat_latency_ms(lat), reduce_ms, mem)
+
+
+def base_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
+    """Per-step cost outside the layers: start the device, fetch its input batch (see above)."""
+    return max(2 * d.step_overhead_ms + transfer_ms(stats.batch * stats.image_bytes, d.bandwidth_mbit)
+               for d in group)
 
 
 def fixed_memory_bytes(stats: ModelStats) -> int:
@@ -151,7 +164,7 @@ class LayerPrediction:
 class GroupPrediction:
     """Predicted cost of one group per step; per-device tuples are in group order.
 
-    step_ms: sum of the layers' ms + the largest step overhead.
+    step_ms: sum of the layers' ms + base_ms (starting the devices and feeding them).
     compute_ms / comm_ms: per device sums over layers (comm: own allconcat receive + allreduce).
     memory_bytes: per device, see the module docstring.
     ps_sync_ms: push + pull of the whole model to the parameter server (per commit).
@@ -203,7 +216,7 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
             memory[i] += co.mem_per_unit * held[i]
         layers.append(LayerPrediction(dim.name, dim.units, None if shares is None else tuple(shares), lc,
                                       co.comm_ms(shares)))
-    step = sum(lp.ms for lp in layers) + max(d.step_overhead_ms for d in group)
+    step = sum(lp.ms for lp in layers) + base_ms(group, stats)
     return GroupPrediction(tuple(d.name for d in group), step, tuple(compute), tuple(comm),
                            tuple(memory), ps_sync_ms(group, stats, ps_bandwidth_mbit),
                            tuple(layers))

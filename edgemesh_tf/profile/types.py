@@ -26,9 +26,10 @@ class DeviceProfile:
 
     device: the TF device string the planner puts into layouts (e.g. "/job:worker/task:2/device:CPU:0").
     memory_bytes: the device's memory budget (from the cluster file).
-    bandwidth_mbit / latency_ms: its link to the rest of the cluster, fitted from transfers of
-      several sizes as time = latency + bytes / bandwidth.
-    step_overhead_ms: fixed per-step cost not attributable to layers (session run, loss, update).
+    bandwidth_mbit: its link to the rest of the cluster, fitted from transfers of several sizes as
+      time = a + bytes / bandwidth.
+    latency_ms: one-way latency of its link (half the round trip of an empty run there).
+    step_overhead_ms: the round trip of an empty run on the device (starting a step there).
     peak_memory_bytes: peak resident memory of the device's server during profiling, idle TF subtracted.
     """
 

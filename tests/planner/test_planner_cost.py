@@ -47,7 +47,9 @@ def test_step_memory_and_sync_by_hand():
     gather = (3 + 10 * 4 * 1 / 1000, 3 + 10 * 4 * 3 / 1000)
     # fc's input is the image: nothing to allreduce
     assert fc.comm_ms == pytest.approx(max(gather))
-    assert p.step_ms == pytest.approx(max(15, 10) + max(gather) + 2.0 + 5.0)
+    # base: per device 2 * round trip + its input batch (10 * 256 image bytes) over its own link
+    base = max(2 * 3.0 + 10 * 256 / 1000, 2 * 5.0 + 10 * 256 / 2000)
+    assert p.step_ms == pytest.approx(max(15, 10) + max(gather) + 2.0 + base)
     assert p.comm_ms == pytest.approx(gather)
     # memory: 3 copies * 4 bytes * params + batch * (image + inputs + own outputs)
     fixed = 10 * (4 * 64 + 4 * 4)  # image + out's input (fc's gathered output)
@@ -62,7 +64,8 @@ def test_allreduce_of_input_gradient():
     stats = model_stats(spec, batch=10)
     devs = [device("d%d" % i, {"fc": 1.0, "out": 1.0}, bw=8.0, lat=1.0, overhead=0.0, task=i) for i in range(2)]
     out = predict(devs, stats, {"out": (2, 2)}).layers[1]
-    reduce_ms = 2 * 1 / 2 * 10 * 16 / 1000 + 2 * 1 * 2.0  # 2(k-1)/k * bytes / bw_min + 2(k-1) * (1 + 1 ms)
+    # 2(k-1)/k * bytes / bw_min + the ring's critical path: with 2 devices one hop of (1 + 1) ms
+    reduce_ms = 2 * 1 / 2 * 10 * 16 / 1000 + 2.0
     gather = 2.0 + 10 * 4 * 2 / 1000
     assert out.comm_ms == pytest.approx(gather + reduce_ms)
 
