@@ -10,8 +10,8 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -21,6 +21,7 @@ from absl import logging
 from edgemesh_tf.cluster import cgroup, procs, workload
 
 CACHE = os.path.expanduser("~/.cache/edgemesh_tf/cpu_calibration.json")
+VERSION = 3  # of the procedure: part of the cache key
 # Below ~0.15 cores TF's thread pools stall erratically under throttling: we do not go there.
 CALIBRATION_CORES = (0.18, 0.25, 0.35, 0.5, 0.7, 0.9)
 
@@ -73,29 +74,35 @@ def machine_key(version: str, period_us: int) -> str:
             model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "?")
     except OSError:
         pass
-    return "|".join([model, str(os.cpu_count()), tf.__version__, workload.WORKLOAD_ID, version, str(period_us)])
+    return "|".join([model, str(os.cpu_count()), tf.__version__, workload.WORKLOAD_ID, version, str(period_us),
+                     "v%d" % VERSION])
 
 
 def calibrate(version: str, period_us: int = cgroup.DEFAULT_PERIOD_US, cores=CALIBRATION_CORES,
               steps: int = 6, timeout_s: float = 300.0) -> CpuCalibration:
-    """Measures the workload at each quota in `cores` (takes ~30 s)."""
+    """Measures the workload at each quota in `cores` (takes ~40 s)."""
     name = "%scalib-%d" % (cgroup.PREFIX, os.getpid())
     group = cgroup.CpuGroup(name, version).create()
     child = procs.spawn([sys.executable, "-m", "edgemesh_tf.cluster.calibration", "--child"],
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.monotonic() + timeout_s
     try:
         group.set_priority()
         group.add(child.pid)
         _expect(child, "READY", deadline)
-        points = []
-        for c in sorted(cores):
-            group.set_quota(c, period_us)
-            child.stdin.write("%d\n" % steps)
-            child.stdin.flush()
-            times = json.loads(_expect(child, "T ", deadline)[2:])
-            points.append((c, 1.0 / statistics.median(times)))
-            logging.info("cpu calibration: %.2f cores -> %.1f ms/step", c, 1e3 / points[-1][1])
+        best: dict[float, float] = {}
+        for _ in range(2):  # two interleaved passes: a burst of outside load hits one pass only
+            for c in sorted(cores):
+                group.set_quota(c, period_us)
+                child.stdin.write("%d %d\n" % (steps, max(1, math.ceil(c - 0.05))))
+                child.stdin.flush()
+                times = json.loads(_expect(child, "T ", deadline)[2:])
+                # The fastest step: outside load only ever slows a step down.
+                best[c] = min(best.get(c, float("inf")), min(times))
+        points = [(c, 1.0 / best[c]) for c in sorted(best)]
+        for c, s in points:
+            logging.info("cpu calibration: %.2f cores -> %.1f ms/step", c, 1e3 / s)
     finally:
         procs.terminate(child, 5.0)
         cgroup.remove(group.path)
@@ -143,16 +150,20 @@ def load_or_calibrate(version: str, period_us: int = cgroup.DEFAULT_PERIOD_US, c
 
 
 def _child() -> None:
-    """Runs `n` workload steps per line read from stdin; prints their times as JSON."""
+    """For each stdin line `steps threads`: runs the workload with `threads` intra-op threads (as
+    the emulator configures its servers) and prints the step times as JSON."""
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
     op = workload.build(tf)
-    with tf.compat.v1.Session() as session:
-        session.run(op)
-        print("READY", flush=True)
-        for line in sys.stdin:
-            print("T " + json.dumps(workload.time_steps(session, op, int(line), warmup=1)), flush=True)
+    sessions = {}
+    print("READY", flush=True)
+    for line in sys.stdin:
+        steps, threads = (int(x) for x in line.split())
+        if threads not in sessions:
+            config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads)
+            sessions[threads] = tf.compat.v1.Session(graph=op.graph, config=config)
+        print("T " + json.dumps(workload.time_steps(sessions[threads], op, steps, warmup=2)), flush=True)
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--child"]:

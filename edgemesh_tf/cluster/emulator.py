@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import signal
 import socket
@@ -203,11 +204,15 @@ def _start_forwarder(cluster: EmulatedCluster, routes, timeout_s: float) -> None
         time.sleep(0.05)
 
 
-def _start_servers(cluster: EmulatedCluster, views, namespaces, server_flags) -> None:
+def _start_servers(cluster: EmulatedCluster, views, namespaces, server_flags, cores) -> None:
     for d in cluster.spec.devices:
         config = {"cluster": cluster_spec_dict(cluster.spec, views[d.name]),
                   "task": {"type": d.role, "index": d.task_index}}
         cmd = [sys.executable, "-m", "edgemesh_tf.cli.main", "server", "--tf_config", json.dumps(config)]
+        if d.name in cores:
+            # As many compute threads as the quota has cores: a thread pool wider than the quota
+            # loses time to throttled threads holding up the others.
+            cmd.append("--intra_op_threads=%d" % max(1, math.ceil(cores[d.name] - 0.05)))
         cmd += list(server_flags)
         if d.name in namespaces:
             cmd = ["ip", "netns", "exec", namespaces[d.name]] + cmd
@@ -218,14 +223,19 @@ def _start_servers(cluster: EmulatedCluster, views, namespaces, server_flags) ->
         cluster.run.record_process(d.name, p.pid)
 
 
-def _limit_cpu(cluster: EmulatedCluster, compute: str, period_us: int, calib) -> dict[str, float]:
-    """Applies calibrated cgroup quotas; returns cores per limited device."""
+def _plan_cpu(cluster: EmulatedCluster, compute: str, period_us: int, calib) -> dict[str, float]:
+    """Calibrated cores per device with a speed (the calibration runs before the servers start)."""
     speeds = {d.name: d.speed for d in cluster.spec.devices if d.speed}
     if not speeds:
         return {}
+    calib = calib or calibration.load_or_calibrate(compute.split("-")[1], period_us)
+    return calibration.quotas(speeds, cluster.spec.cpu_budget_cores, calib)
+
+
+def _limit_cpu(cluster: EmulatedCluster, compute: str, period_us: int, cores: dict[str, float]) -> None:
+    """Moves each server into its cgroup. Done once the servers answer, so that importing TF at a
+    quarter of a core does not stretch the start-up."""
     version = compute.split("-")[1]
-    calib = calib or calibration.load_or_calibrate(version, period_us)
-    cores = calibration.quotas(speeds, cluster.spec.cpu_budget_cores, calib)
     for name, c in cores.items():
         group = cgroup.CpuGroup("%s%s-%s" % (cgroup.PREFIX, cluster.run.run_id, name), version)
         cluster.run.record("cgroups", group.path)
@@ -233,8 +243,8 @@ def _limit_cpu(cluster: EmulatedCluster, compute: str, period_us: int, calib) ->
         group.set_quota(c, period_us)
         group.set_priority()
         group.add(cluster._procs[name].pid)
-        logging.info("device %s: speed %.3g -> %.3f cores (%s, period %d us)", name, speeds[name], c, compute, period_us)
-    return cores
+        logging.info("device %s: speed %.3g -> %.3f cores (%s, period %d us)", name,
+                     cluster.spec.device(name).speed, c, compute, period_us)
 
 
 def up(spec: spec_lib.ClusterFile | str, *, network: str = "auto", compute: str = "auto",
@@ -266,14 +276,14 @@ def up(spec: spec_lib.ClusterFile | str, *, network: str = "auto", compute: str 
                             "root network namespace, where TF binds their ports on all interfaces")
             client, views, routes, namespaces = _plan_userspace(cluster)
         cluster._client_addresses = client
+        cores = _plan_cpu(cluster, compute, period_us, calib) if compute.startswith("cgroup-") else {}
         _start_forwarder(cluster, routes, timeout_s=30.0)
-        _start_servers(cluster, views, namespaces, server_flags)
+        _start_servers(cluster, views, namespaces, server_flags, cores)
         waited = probe.wait_until_answering(client, timeout_s, check_alive=cluster.check)
         logging.info("all %d servers answer after %.1f s", len(client), waited)
-        cores: dict[str, float] = {}
         factors: dict[str, float] = {}
-        if compute.startswith("cgroup-"):
-            cores = _limit_cpu(cluster, compute, period_us, calib)
+        if cores:
+            _limit_cpu(cluster, compute, period_us, cores)
         elif compute == "step-delay":
             logging.warning("no writable cgroup cpu controller: emulating compute speed by a per-step delay "
                             "(EmulatedCluster.step_delay_s); servers themselves run at full speed")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from edgemesh_tf.cluster import calibration, spec, tf_config
+from edgemesh_tf.cluster import calibration, server, spec, tf_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOOD = {
@@ -117,3 +117,16 @@ def test_quotas_follow_calibration_and_budget():
     assert sum(cores.values()) == pytest.approx(1.2, rel=1e-3)
     assert calib.speed(cores["b"]) / calib.speed(cores["a"]) == pytest.approx(0.5, rel=1e-3)
     assert calib.speed(cores["c"]) / calib.speed(cores["a"]) == pytest.approx(0.25, rel=1e-3)
+
+
+def test_parse_tf_config_from_env_file_and_errors(tmp_path, monkeypatch):
+    cfg = tf_config.tf_config(spec.parse_cluster(GOOD), "ps0")
+    monkeypatch.setenv("TF_CONFIG", json.dumps(cfg))
+    assert server.parse_tf_config() == cfg
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    assert server.parse_tf_config(str(tmp_path / "c.json")) == cfg
+    monkeypatch.delenv("TF_CONFIG")
+    with pytest.raises(ValueError, match="no TF_CONFIG"):
+        server.parse_tf_config()
+    with pytest.raises(ValueError, match="out of range"):
+        server.parse_tf_config(json.dumps({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps", "index": 3}}))

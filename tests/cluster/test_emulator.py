@@ -84,6 +84,8 @@ def test_up_run_ops_and_down_leaves_nothing():
             assert "tbf" in netns.run("tc", "qdisc", "show", "dev", host_if).stdout
         assert measure.latency_ms(cluster.devices["w1"].address) == pytest.approx(8.0, rel=0.15)
         assert measure.latency_ms(cluster.devices["ps0"].address) < 1.0
+        with open(cluster.devices["w0"].log) as f:
+            assert "server ready: /job:worker/task:0" in f.read()
         pids = [d.pid for d in cluster.devices.values()]
         assert leftovers(run_id)
     assert leftovers(run_id) == []
