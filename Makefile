@@ -21,8 +21,11 @@ run: install
 test: install
 	$(BIN)/python -m pytest -q tests
 
+# Benchmarks print JSON; the emulated ones need root (network namespaces, cgroups).
 bench: install
 	$(BIN)/python bench/uneven_split.py
+	$(BIN)/python bench/emulation.py --cluster layouts/edge4.yaml
+	$(BIN)/python bench/planner.py --cluster layouts/edge4.yaml
 
 clean:
 	rm -rf $(VENV) build *.egg-info
