@@ -164,7 +164,7 @@ class LayerPrediction:
 class GroupPrediction:
     """Predicted cost of one group per step; per-device tuples are in group order.
 
-    step_ms: sum of the layers' ms + base_ms (starting the devices and feeding them).
+    step_ms: the simulated step (``simulate``); ``separable_ms`` is the layer-by-layer bound.
     compute_ms / comm_ms: per device sums over layers (comm: own allconcat receive + allreduce).
     memory_bytes: per device, see the module docstring.
     ps_sync_ms: push + pull of the whole model to the parameter server (per commit).
@@ -177,6 +177,7 @@ class GroupPrediction:
     memory_bytes: tuple[int, ...]
     ps_sync_ms: float
     layers: tuple[LayerPrediction, ...]
+    separable_ms: float = 0.0
 
 
 def _check_shares(dim: DimStats, shares: Shares, k: int) -> None:
@@ -216,7 +217,8 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
             memory[i] += co.mem_per_unit * held[i]
         layers.append(LayerPrediction(dim.name, dim.units, None if shares is None else tuple(shares), lc,
                                       co.comm_ms(shares)))
-    step = sum(lp.ms for lp in layers) + base_ms(group, stats)
+    from edgemesh_tf.planner.simulate import simulate_step_ms  # simulate builds on this module's terms
+    step = simulate_step_ms(group, stats, assignment, profile_batch or stats.batch)
     return GroupPrediction(tuple(d.name for d in group), step, tuple(compute), tuple(comm),
                            tuple(memory), ps_sync_ms(group, stats, ps_bandwidth_mbit),
-                           tuple(layers))
+                           tuple(layers), sum(lp.ms for lp in layers) + base_ms(group, stats))

@@ -82,11 +82,13 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     with graph.as_default():
         ops = {d.name: {s.name: build_layer_op(tf, s, d.device, reps) for s in shapes} for d in devices}
         base = {d.name: build_noop_op(tf, d.device) for d in devices}
+        local = build_noop_op(tf, master_device)
         transfers = {d.name: [build_transfer_op(tf, n, d.device, master_device) for n in TRANSFER_BYTES]
                      for d in devices}
     tf.Session.reset(session_target)
     out = []
     with tf.Session(session_target, graph=graph, config=config) as sess:
+        local_ms, _ = robust_median(_timed(sess, local, repeats))  # TF's own cost of a run, no network
         for d in devices:
             t0 = time.perf_counter()
             base_ms, _ = robust_median(_timed(sess, base[d.name], repeats))
@@ -100,9 +102,9 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                     sizes.append(n)
                     times.append(t)
             _, bw = fit_link(sizes, times)
-            # One-way latency from the empty run's round trip: the fit's intercept is biased low
-            # because a token bucket (tbf) lets small transfers burst at line rate.
-            latency_ms = base_ms / 2.0
+            # One-way latency: half the empty run's round trip beyond TF's own cost of a run. (The
+            # fit's intercept is biased low: a token bucket lets small transfers burst.)
+            latency_ms = max(0.0, base_ms - local_ms) / 2.0
             peak = max(0, read_vm_kb(d.pid, "VmHWM") - idle_kb.get(d.name, 0)) * 1024 if d.pid else 0
             out.append(DeviceProfile(name=d.name, device=d.device, layers=tuple(timings),
                                      memory_bytes=d.memory_bytes, bandwidth_mbit=round(bw, 2),

@@ -19,3 +19,27 @@ def test_allreduce_paths():
     assert allreduce_latency_ms(lat, 4096) == pytest.approx(3 * 2.0)
     assert allreduce_latency_ms([1.0, 3.0], 8) == pytest.approx(4.0)
     assert allreduce_latency_ms([7.0], 8) == 0.0
+
+
+def test_simulated_step_by_hand():
+    from planner_util import device
+
+    from edgemesh_tf.models.spec import LayerSpec, ModelSpec
+    from edgemesh_tf.planner import model_stats
+    from edgemesh_tf.planner.simulate import ring_path_ms, simulate_step_ms
+
+    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 4), LayerSpec("dense", "out", 4, relu=False)))
+    stats = model_stats(spec, batch=10)
+    a = device("a", {"fc": 40.0, "out": 2.0}, bw=8.0, lat=1.0, overhead=3.0, task=0)   # 1000 bytes/ms
+    b = device("b", {"fc": 80.0, "out": 4.0}, bw=16.0, lat=2.0, overhead=5.0, task=1)  # 2000 bytes/ms
+    # start: 1.5 round trips + the 2560-byte input batch over the device's link
+    ta, tb = 1.5 * 3 + 2.56, 1.5 * 5 + 1.28
+    # fc split 3:1 at half the profile batch: compute 15 and 10 ms, a third of it forward
+    da, db = ta + 5, tb + 10 / 3
+    # gather: the other's part arrives one hop (1 + 2 ms) after it is done, then the bytes
+    ta, tb = max(da, db + 3) + 0.04, max(db, da + 3) + 0.12
+    # out replicated (1 and 2 ms), forward then backward; fc backward (first layer: no allreduce)
+    ta, tb = ta + 1 + 10, tb + 2 + 20 / 3
+    expected = max(ta + 1.5, tb + 2.5)
+    assert simulate_step_ms([a, b], stats, {"fc": (3, 1)}, profile_batch=20) == pytest.approx(expected)
+    assert ring_path_ms([1.0, 2.0, 3.0, 4.0], 2, 0) == pytest.approx((3 + 2) + (2 + 1))
