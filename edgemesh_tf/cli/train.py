@@ -23,6 +23,8 @@ flags.DEFINE_integer("eval_every", 100, "Steps between held-out evaluations (0: 
 flags.DEFINE_integer("intra_op_threads", 1, "TF intra-op threads per process.", lower_bound=1)
 flags.DEFINE_string("cluster", None, "Cluster file: run the layout's devices (/job:worker/task:N) on its TF servers "
                     "instead of in-process CPU devices.")
+flags.DEFINE_integer("group", None, "With a plan file of several data-parallel groups: train this group (0-based).",
+                     lower_bound=0)
 flags.DEFINE_bool("emulate", True, "With --cluster: start the emulated testbed of the cluster file for the run.")
 
 
@@ -30,12 +32,12 @@ def main(argv):
     if len(argv) > 1:
         raise SystemExit("edgemesh train: unexpected arguments %s" % argv[1:])
     from edgemesh_tf.data import load_dataset
-    from edgemesh_tf.mesh.layout import load_layout
+    from edgemesh_tf.planner import load_plan
     from edgemesh_tf.models import get_model
     from edgemesh_tf.train.loop import train
 
     try:
-        layout = load_layout(FLAGS.layout)
+        layout = _layout_of_plan(load_plan(FLAGS.layout), FLAGS.layout, FLAGS.group)
         data = load_dataset(FLAGS.dataset, FLAGS.data_path)
         spec = get_model(FLAGS.model, data.image_shape, data.num_classes)
         layout.validate(spec.dims(FLAGS.batch_size))
@@ -62,3 +64,15 @@ def main(argv):
     master = (cluster.chief or cluster.workers[0]).device_string
     with reachable_cluster(cluster, FLAGS.emulate) as (_, target, _):
         train(spec, data, layout, session_target=target, master_device=master, **kwargs)
+
+
+def _layout_of_plan(plan, path: str, group):
+    """The layout to train: the plan's only group, or group ``group`` of several."""
+    n = len(plan.groups)
+    if group is None and n > 1:
+        raise ValueError("%s has %d data-parallel groups; train one with --group N (0..%d), or plan a single group "
+                         "with `edgemesh plan --groups 1`" % (path, n, n - 1))
+    index = group or 0
+    if index >= n:
+        raise ValueError("%s: --group %d does not exist; the plan has groups 0..%d" % (path, index, n - 1))
+    return plan.groups[index].layout

@@ -1,0 +1,40 @@
+"""plan -> train is two commands: a profile of two local devices (speeds 1 and 1/3, fast link) is
+planned into an uneven layout that `edgemesh train` runs as it is."""
+import json
+import os
+import subprocess
+import sys
+
+import yaml
+
+from edgemesh_tf.models import get_model
+from edgemesh_tf.profile.layers import layer_shapes
+from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile, save_profile
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", *args], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+
+
+def test_plan_then_train(tmp_path):
+    spec = get_model("vgg", (8, 8, 1), 10)
+    devices = []
+    for i, slowdown in enumerate((1.0, 3.0)):
+        layers = tuple(LayerTiming(s.name, 40.0 * slowdown * s.units / 64) for s in layer_shapes(spec, 32))
+        devices.append(DeviceProfile("dev%d" % i, "/job:localhost/replica:0/task:0/device:CPU:%d" % i, layers,
+                                     1 << 30, bandwidth_mbit=10000.0, latency_ms=0.05, step_overhead_ms=0.1))
+    profile = tmp_path / "profile.json"
+    save_profile(Profile("vgg", 32, spec.image_shape, 10, tuple(devices)), str(profile))
+    plan = tmp_path / "plan.yaml"
+    out = _run("plan", "--profile", str(profile), "--model", "vgg", "--groups", "1", "--out", str(plan))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "conv2" in out.stdout  # the table of layers x devices
+    sizes = yaml.safe_load(plan.read_text())["sizes"]
+    assert sizes["conv2"][0] > 2 * sizes["conv2"][1]  # the 3x faster device computes more filters
+    out = _run("train", "--layout", str(plan), "--steps", "20", "--eval_every", "0")
+    assert out.returncode == 0, out.stderr[-2000:]
+    final = json.loads(out.stdout.splitlines()[-1])
+    assert final["final"] and final["steps"] == 20
