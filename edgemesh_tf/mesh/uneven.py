@@ -9,7 +9,9 @@ fake 5:3 with 8 slices was measured 2-3x slower).
 Equal slices are assumed in more places than ``slice_shape``; each is handled here:
 ``slice_begin``, ``allsplit``, ``broadcast_impl``, ``random``, ``make_slices``, ``LaidOutVariable``,
 ``Lowering.verify_slice_shapes`` and the lowerings of ``Constant``, ``OneHotOperation``, the conv
-backprop-input/filter ops and ``ReshapeOperation`` (``UNEVEN_LOWERINGS``, which also fixes mtf's max-pool gradient on ties). ``allconcat`` and
+backprop-input/filter ops and ``ReshapeOperation`` (``UNEVEN_LOWERINGS``, which also fixes mtf's max-pool gradient on ties).
+Gathers are direct (each part one hop, not relayed around a ring) and the gradient of a gather is a
+reduce-scatter rather than an allreduce followed by a split. ``allconcat`` and
 ``allreduce`` rings work unchanged. Halo exchange (``receive``/shift), ``alltoall`` with uneven
 sizes, ``TopK`` and while loops are refused with a ValueError when the layout is uneven.
 """
@@ -128,6 +130,37 @@ class UnevenMeshImpl(placement_mesh_impl.PlacementMeshImpl):
             size = [parts[coord] if i == split_axis else -1 for i in range(t.shape.ndims)]
             return tf.slice(t, begin, size)
         return self.slicewise(my_fn, x, self.laid_out_pnum())
+
+    def allconcat(self, x, mesh_axis, concat_axis):
+        """Every processor concatenates the slices of its group, each fetched straight from its
+        owner: one hop per part. (mtf's ring relays parts through up to n/2 neighbours: on edge
+        links, where latency dominates, that multiplies the latency; it also keeps relay copies.)"""
+        def direct(tensors, devices):
+            out = []
+            for dev in devices:
+                with tf.device(dev):
+                    out.append(tf.concat(tensors, axis=concat_axis))
+            return out
+        return self._collective_with_groups(x, [mesh_axis], direct)
+
+    def reduce_scatter(self, partial, mesh_axis, split_axis, sizes: Sequence[int]):
+        """Sum of the group's partial sums, each processor keeping only its ``sizes`` piece of
+        ``split_axis``: what allreduce followed by allsplit computes, with each piece sent once,
+        straight to its owner ((k-1)/k of the bytes of a ring allreduce, one hop, no full-size sum)."""
+        def direct(tensors, devices):
+            ndims = tensors[0].shape.ndims
+            out = []
+            for t, dev in enumerate(devices):
+                begin = [sum(sizes[:t]) if a == split_axis else 0 for a in range(ndims)]
+                size = [sizes[t] if a == split_axis else -1 for a in range(ndims)]
+                parts = []
+                for src, x in zip(devices, tensors):
+                    with tf.device(src):
+                        parts.append(tf.slice(x, begin, size))
+                with tf.device(dev):
+                    out.append(tf.add_n(parts))
+            return out
+        return self._collective_with_groups(partial, [mesh_axis], direct)
 
     def alltoall(self, x, mesh_axis, split_axis, concat_axis):
         if self._uneven_on_axis(mesh_axis):
@@ -264,7 +297,10 @@ def _lower_reshape(op, lowering):
         sizes = mesh_impl.dim_sizes(new_shape.dims[new_axis])
         old_axis = old_shape.cumprod_to_tensor_axis(nc)
         if old_axis is not None and old_shape.dims[old_axis].size == new_shape.dims[new_axis].size:
-            slices = mesh_impl.allsplit(slices, mesh_axis, old_axis, sizes=sizes)
+            if isinstance(slices, _ops.LazyAllreduceSum) and list(slices.mesh_axes) == [mesh_axis]:
+                slices = mesh_impl.reduce_scatter(slices.laid_out_input, mesh_axis, old_axis, sizes)
+            else:
+                slices = mesh_impl.allsplit(slices, mesh_axis, old_axis, sizes=sizes)
         elif old_axis is not None and len(set(sizes)) > 1:
             raise ValueError("reshape %s -> %s splits %r unevenly across a change of dim size; not supported"
                              % (old_shape, new_shape, new_shape.dims[new_axis].name))

@@ -1,8 +1,9 @@
-"""Critical-path latency of mtf's ring collectives (``placement_mesh_impl``) on a group.
+"""Critical-path latency of the collectives of the uneven lowering on a group.
 
 A transfer from device a to device b waits lat_a + lat_b (both links, one way each); TF's
 receiver-initiated transfers are requested at step start, so only the path latency remains once
-the tensor is ready. The ring order is the group order.
+the tensor is ready. Gathers and reduce-scatters are direct (``UnevenMeshImpl``): one hop. A full
+allreduce (the gradient of a layer whose predecessor is replicated) is mtf's ring, in group order.
 """
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ from typing import Sequence
 
 def _hop(lat: Sequence[float], a: int, b: int) -> float:
     return lat[a % len(lat)] + lat[b % len(lat)]
+
+
+def direct_latency_ms(lat: Sequence[float]) -> float:
+    """A direct gather or reduce-scatter: every part one hop; the slowest pair of links."""
+    if len(lat) < 2:
+        return 0.0
+    top = sorted(lat, reverse=True)
+    return top[0] + top[1]
 
 
 def allconcat_latency_ms(lat: Sequence[float]) -> float:

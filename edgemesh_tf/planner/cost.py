@@ -4,13 +4,14 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
 (U units, device i holding s_i >= 1 of them; k devices; batch b; profile batch b0):
 
   compute_i,l = layer_ms_i,l * b/b0 * s_i/U            (replicated: layer_ms_i,l * b/b0 on every device)
-  gather_i,l  = L_concat + 8 * b * out_l * (U - s_i)/U / min(bw_i, bw_{i-1})   forward allconcat:
-                device i receives the other shares over its link and its ring neighbour's; L_concat is
-                the critical-path latency of mtf's allconcat ring (``collectives``), where a hop
-                a -> b costs lat_a + lat_b
-  reduce_l    = 2(k-1)/k * 8 * b * in_l / bw_min + L_reduce     backward ring allreduce of the
-                (replicated) input gradient, L_reduce the critical path of mtf's allreduce ring;
-                0 for the first layer (the image needs no gradient)
+  gather_i,l  = L_direct + 8 * b * out_l * (U - s_i)/U / min(bw_i, bw_{i-1})   forward gather:
+                device i receives the other shares straight from their owners; L_direct = the two
+                largest lat summed (a hop a -> b costs lat_a + lat_b, ``collectives``)
+  reduce_l    = (k-1)/k * 8 * b * in_l / bw_min + L_direct     backward reduce-scatter of the input
+                gradient's partial sums to the previous layer's shares; 0 for the first layer (the image
+                needs no gradient). When the previous layer is replicated the lowering must allreduce
+                instead (mtf's ring: allreduce_ms = 2(k-1)/k * bytes / bw_min + its critical path); the
+                simulation charges that, the layer-by-layer bound below does not
   layer_ms_l  = max_i compute_i,l + max_i gather_i,l + reduce_l   (each split layer ends in a collective)
   base_ms     = max_i (2 * step_overhead_ms_i + 8 * b * image / bw_i)   per step the master starts the
                 device (a round trip, step_overhead_ms = measured round trip of an empty run), the device
@@ -30,7 +31,7 @@ import dataclasses
 import math
 from typing import Mapping, Sequence
 
-from edgemesh_tf.planner.collectives import allconcat_latency_ms, allreduce_latency_ms
+from edgemesh_tf.planner.collectives import allreduce_latency_ms, direct_latency_ms
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, DimStats, ModelStats
 from edgemesh_tf.profile.types import DeviceProfile
 
@@ -75,8 +76,9 @@ class LayerCoeffs:
 
     full_ms: per device, ms of the whole layer at the planned batch.
     recv_ms_per_unit: per device, ms to receive one unit's output activations (whole batch).
-    hop_ms: critical-path latency of the allconcat ring.
-    reduce_ms: the backward allreduce of the input gradient.
+    hop_ms: latency of the direct gather.
+    reduce_ms: the backward reduce-scatter of the input gradient (the previous layer split).
+    allreduce_ms: the backward ring allreduce of the input gradient (the previous layer replicated).
     mem_per_unit: bytes one unit costs a device: 12 * params_per_unit + batch * out / U.
     """
 
@@ -86,6 +88,7 @@ class LayerCoeffs:
     recv_ms_per_unit: tuple[float, ...]
     hop_ms: float
     reduce_ms: float
+    allreduce_ms: float
     mem_per_unit: int
 
     def compute_ms(self, shares: Shares) -> tuple[float, ...]:
@@ -119,13 +122,14 @@ def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, prof
     recv = tuple(transfer_ms(batch * dim.out_bytes / dim.units,
                              min(d.bandwidth_mbit, group[i - 1].bandwidth_mbit)) for i, d in enumerate(group))
     in_elements = batch * dim.in_bytes // FLOAT_BYTES
-    reduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + allreduce_latency_ms(lat, in_elements)
+    reduce_ms = (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + direct_latency_ms(lat)
+    allreduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + allreduce_latency_ms(lat, in_elements)
     if dim.in_bytes == 0:  # the first layer: its input (the image) has no gradient, no allreduce at all
-        reduce_ms = 0.0
+        reduce_ms = allreduce_ms = 0.0
     # out_bytes = 4 * h * w * units, so the per-unit activation bytes are an exact integer.
     mem = OPTIMIZER_COPIES * FLOAT_BYTES * dim.params_per_unit + batch * dim.out_bytes // dim.units
     return LayerCoeffs(dim.name, dim.units, tuple(d.layer_ms(dim.name) * scale for d in group), recv,
-                       allconcat_latency_ms(lat), reduce_ms, mem)
+                       direct_latency_ms(lat), reduce_ms, allreduce_ms, mem)
 
 
 def base_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:

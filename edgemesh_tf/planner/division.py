@@ -138,9 +138,10 @@ class Division:
 
 
 def divide(group: Sequence[DeviceProfile], stats: ModelStats, *, chunks: int | None = None,
-           profile_batch: int | None = None, ps_bandwidth_mbit: float = math.inf) -> Division:
+           profile_batch: int | None = None, ps_bandwidth_mbit: float = math.inf, polish: bool = True) -> Division:
     """Divides every layer's filters over ``group`` (ring order) for the least predicted step ms
-    within each device's ``memory_bytes``; raises PlanError if no division fits."""
+    within each device's ``memory_bytes``; raises PlanError if no division fits. ``polish``: run
+    the local search on the simulated step (see the module docstring)."""
     check_group(group)
     k, pb = len(group), profile_batch or stats.batch
     coeffs = [layer_coeffs(group, d, stats.batch, pb) for d in stats.dims]
@@ -171,7 +172,7 @@ def divide(group: Sequence[DeviceProfile], stats: ModelStats, *, chunks: int | N
                             % (group[i].name, mem[i], group[i].memory_bytes, excess))
         l, caps[l], shares[l] = move
         forced.add(l)
-    if 1 < k <= POLISH_MAX_DEVICES:
+    if polish and 1 < k <= POLISH_MAX_DEVICES:
         shares = _polish(group, stats, coeffs, quanta, shares, pb)
     assignment = tuple((d.name, s) for d, s in zip(stats.dims, shares))
     pred = predict(group, stats, dict(assignment), profile_batch=pb, ps_bandwidth_mbit=ps_bandwidth_mbit)
@@ -218,13 +219,39 @@ def _polish(group, stats, coeffs, quanta, shares, profile_batch):
     def fits(sh):
         return all(m <= d.memory_bytes for m, d in zip(_memory(stats, coeffs, sh, k), group))
 
+    def repair(sh, fixed_layer):
+        """Moves quanta of the other split layers off over-budget devices (largest memory per
+        quantum first) to the device with the most room, until all fit; None if they cannot."""
+        sh = list(sh)
+        for _ in range(sum(co.units for co in coeffs)):
+            mem = _memory(stats, coeffs, sh, k)
+            over = [(mem[i] - group[i].memory_bytes, i) for i in range(k) if mem[i] > group[i].memory_bytes]
+            if not over:
+                return sh
+            _, i = max(over)
+            room = max(range(k), key=lambda j: group[j].memory_bytes - mem[j])
+            layers = [l for l in range(len(sh)) if l != fixed_layer and sh[l] is not None and quanta[l]
+                      and sh[l][i] >= 2 * quanta[l] and room != i]
+            if not layers:
+                return None
+            l = max(layers, key=lambda l: coeffs[l].mem_per_unit)
+            moved = list(sh[l])
+            moved[i] -= quanta[l]
+            moved[room] += quanta[l]
+            sh[l] = tuple(moved)
+        return None
+
     best, best_ms = list(shares), cost(shares)
     for _ in range(POLISH_MAX_ROUNDS):
         move = None
         for l, cand in _neighbours(coeffs, quanta, best, k):
             trial = best[:l] + [cand] + best[l + 1:]
+            if not fits(trial):
+                trial = repair(trial, l)
+                if trial is None:
+                    continue
             ms = cost(trial)
-            if ms < best_ms - 1e-9 and (move is None or ms < move[0]) and fits(trial):
+            if ms < best_ms - 1e-9 and (move is None or ms < move[0]):
                 move = (ms, trial)
         if move is None:
             break

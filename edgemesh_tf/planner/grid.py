@@ -91,19 +91,24 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     stats = model_stats(spec, batch)
     ks = [groups] if groups else range(1, len(profile.devices) + 1)
     best, candidates, first_error = None, [], None
-    for k in ks:
+    def divide_all(k, polish):
+        return [divide(g, stats, chunks=chunks, profile_batch=profile.batch,
+                       ps_bandwidth_mbit=profile.ps_bandwidth_mbit, polish=polish)
+                for g in capability_groups(profile.devices, k)]
+
+    for k in ks:  # candidates compared unpolished (fast), the winner polished
         try:
-            divs = [divide(g, stats, chunks=chunks, profile_batch=profile.batch,
-                           ps_bandwidth_mbit=profile.ps_bandwidth_mbit)
-                    for g in capability_groups(profile.devices, k)]
+            divs = divide_all(k, polish=False)
         except PlanError as e:
             first_error = first_error or e
             continue
         rate = throughput([d.prediction for d in divs], batch, commit_interval)
         candidates.append((k, rate))
         if best is None or rate > best[0]:
-            best = (rate, divs)
+            best = (rate, divs, k)
     if best is None:
         raise first_error
+    divs = divide_all(best[2], polish=True)
+    best = (throughput([d.prediction for d in divs], batch, commit_interval), divs)
     gp = tuple(GroupPlan(d.names, d.layout().validate(spec.dims(batch)), d.prediction, batch) for d in best[1])
     return Plan(spec.name, gp, best[0], commit_interval, tuple(candidates))

@@ -9,11 +9,11 @@ is what the step time follows; ``predict`` reports this simulation as the group'
 Per device i (lat_i one-way ms, ov_i = round trip of an empty run, bw_i Mbit/s), per step:
   t_i       = 1.5 * ov_i + 8 * b * image / bw_i          started by the master, then its input batch
   forward   : done_i = t_i + c_i,l / 3   (c: forward+backward ms of the device's share; backward ~ 2x forward)
-              split layer: t_i = max(done_i, max_s (done_s + path(s -> i))) + recv_i,l
-              (path: the hops of mtf's allconcat ring, a hop a -> b costs lat_a + lat_b;
-               recv: the gather's bytes over the device's link, as in ``cost``)
-  backward  : t_i += 2 c_i,l / 3; a split layer with an input gradient ends in an allreduce that
-              every device waits for: t_i = max_j t_j + reduce_l (as in ``cost``)
+              split layer: t_i = max(done_i, max_s (done_s + lat_s + lat_i)) + recv_i,l
+              (the gather is direct; recv: its bytes over the device's link, as in ``cost``)
+  backward  : t_i += 2 c_i,l / 3; a split layer with an input gradient ends in a collective that
+              every device waits for: t_i = max_j t_j + reduce_l, a reduce-scatter when the
+              previous layer is split, else a ring allreduce (``cost``)
   step_ms   = max_i (t_i + ov_i / 2)                      the master learns that every device is done
 """
 from __future__ import annotations
@@ -27,33 +27,23 @@ from edgemesh_tf.profile.types import DeviceProfile
 FORWARD_FRACTION = 1.0 / 3.0
 
 
-def ring_path_ms(lat: Sequence[float], src: int, dst: int) -> float:
-    """Latency of a part from ``src`` to ``dst`` along mtf's allconcat ring (the shorter way, each
-    device on the way relaying it)."""
-    n = len(lat)
-    if src == dst:
-        return 0.0
-    fwd = (src - dst) % n  # parts travel from higher to lower index: source -> source-1 -> ... -> target
-    if fwd <= n // 2:
-        return sum(lat[(dst + j + 1) % n] + lat[(dst + j) % n] for j in range(fwd))
-    back = n - fwd
-    return sum(lat[(dst - j - 1) % n] + lat[(dst - j) % n] for j in range(back))
-
-
 def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares],
                      profile_batch: int) -> float:
     """Simulated ms of one step of ``group`` under ``assignment`` (see the module docstring)."""
     k = len(group)
     lat = [d.latency_ms for d in group]
     t = [1.5 * d.step_overhead_ms + transfer_ms(stats.batch * stats.image_bytes, d.bandwidth_mbit) for d in group]
-    paths = [[ring_path_ms(lat, s, i) for s in range(k)] for i in range(k)]
+    paths = [[0.0 if s == i else lat[s] + lat[i] for s in range(k)] for i in range(k)]
     layers = []
+    previous_split = False
     for dim in stats.dims:
         co = layer_coeffs(group, dim, stats.batch, profile_batch)
         shares = assignment.get(dim.name) if k > 1 else None
         compute = co.compute_ms(shares)
         recv = [r * (co.units - s) for r, s in zip(co.recv_ms_per_unit, shares)] if shares else None
-        layers.append((compute, recv, co.reduce_ms if shares else 0.0))
+        reduce_ms = (co.reduce_ms if previous_split else co.allreduce_ms) if shares else 0.0
+        layers.append((compute, recv, reduce_ms))
+        previous_split = shares is not None
     for compute, recv, _ in layers:
         done = [t[i] + FORWARD_FRACTION * compute[i] for i in range(k)]
         if recv is None:

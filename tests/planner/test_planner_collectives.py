@@ -1,7 +1,7 @@
 """Critical paths of mtf's ring collectives, by hand."""
 import pytest
 
-from edgemesh_tf.planner.collectives import allconcat_latency_ms, allreduce_latency_ms
+from edgemesh_tf.planner.collectives import allconcat_latency_ms, allreduce_latency_ms, direct_latency_ms
 
 
 def test_allconcat_paths():
@@ -9,6 +9,11 @@ def test_allconcat_paths():
     assert allconcat_latency_ms([1.0, 2.0]) == 3.0
     # 4 devices: a part travels 2 hops; worst is 3 -> 2 -> 1 (lat 20+10, 10+5) or its mirror.
     assert allconcat_latency_ms([2.0, 5.0, 10.0, 20.0]) == pytest.approx(max(30 + 15, 22 + 7, 30 + 22, 15 + 7, 22 + 30))
+
+
+def test_direct_latency():
+    assert direct_latency_ms([3.0]) == 0.0
+    assert direct_latency_ms([2.0, 5.0, 10.0, 20.0]) == 30.0
 
 
 def test_allreduce_paths():
@@ -26,7 +31,7 @@ def test_simulated_step_by_hand():
 
     from edgemesh_tf.models.spec import LayerSpec, ModelSpec
     from edgemesh_tf.planner import model_stats
-    from edgemesh_tf.planner.simulate import ring_path_ms, simulate_step_ms
+    from edgemesh_tf.planner.simulate import simulate_step_ms
 
     spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 4), LayerSpec("dense", "out", 4, relu=False)))
     stats = model_stats(spec, batch=10)
@@ -42,4 +47,3 @@ def test_simulated_step_by_hand():
     ta, tb = ta + 1 + 10, tb + 2 + 20 / 3
     expected = max(ta + 1.5, tb + 2.5)
     assert simulate_step_ms([a, b], stats, {"fc": (3, 1)}, profile_batch=20) == pytest.approx(expected)
-    assert ring_path_ms([1.0, 2.0, 3.0, 4.0], 2, 0) == pytest.approx((3 + 2) + (2 + 1))

@@ -65,8 +65,8 @@ def test_allreduce_of_input_gradient():
     stats = model_stats(spec, batch=10)
     devs = [device("d%d" % i, {"fc": 1.0, "out": 1.0}, bw=8.0, lat=1.0, overhead=0.0, task=i) for i in range(2)]
     out = predict(devs, stats, {"out": (2, 2)}).layers[1]
-    # 2(k-1)/k * bytes / bw_min + the ring's critical path: with 2 devices one hop of (1 + 1) ms
-    reduce_ms = 2 * 1 / 2 * 10 * 16 / 1000 + 2.0
+    # reduce-scatter: (k-1)/k * bytes / bw_min + one direct hop of (1 + 1) ms
+    reduce_ms = 1 / 2 * 10 * 16 / 1000 + 2.0
     gather = 2.0 + 10 * 4 * 2 / 1000
     assert out.comm_ms == pytest.approx(gather + reduce_ms)
 
