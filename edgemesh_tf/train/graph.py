@@ -1,9 +1,11 @@
 """One training graph: an mtf model lowered under a layout, with SGD/momentum applied per slice.
 
 The update is applied in TF on the lowered slices (one assign per slice, on the slice's device),
-and every assign depends on every gradient slice and on the loss. mtf's own training step leaves
-the gradient computation's variable reads unordered against the optimizer's assigns, which gave
-wrong first-layer updates in 4 of 30 runs on TF 2.21 (DESIGN.md); this ordering removes the race.
+and each assign depends on every read of its variable in the step. mtf's own training step leaves
+the gradient computation's variable reads (the backward pass reads kernels again) unordered against
+the optimizer's assigns, which gave wrong first-layer updates in 4 of 30 runs on TF 2.21
+(DESIGN.md). Ordering each assign after the reads of its own variable, rather than after every
+gradient, keeps devices that share no collective (replicated layers) from waiting for each other.
 Momentum buffers are mtf variables laid out like their weights, so checkpoints hold whole
 (master) tensors and can be restored under any other layout.
 """
@@ -38,6 +40,26 @@ class TrainGraph:
     weights: dict              # master variable name -> whole-tensor value read from the slices
     layout: Layout
     batch_size: int
+
+
+def _ancestors(tensors) -> set:
+    """The ops that computing ``tensors`` runs (inputs and control inputs, transitively)."""
+    seen, todo = set(), [t.op for t in tensors]
+    while todo:
+        op = todo.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        todo.extend(t.op for t in op.inputs)
+        todo.extend(op.control_inputs)
+    return seen
+
+
+def _reads_of(var, step_ops: set) -> list:
+    """The reads of resource variable ``var`` that the step performs. (Other reads exist: the copies
+    between masters and slices read a slice right after assigning it; depending on those would
+    re-run the copy inside every step.)"""
+    return [op for op in var.handle.consumers() if op.type == "ReadVariableOp" and op in step_ops]
 
 
 class _Placer:
@@ -88,15 +110,16 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
 
         grad_slices = [lowering.tensors[g].to_laid_out_tensor().all_slices for g in grads]
         tf_loss = lowering.export_to_tf_tensor(loss)
-        deps = [s for slices in grad_slices for s in slices] + [tf_loss]
+        step_ops = _ancestors([x for slices in grad_slices for x in slices] + [tf_loss])
         updates = []
-        with tf.control_dependencies(deps):
-            for v, slot, g_slices in zip(weights, slots, grad_slices):
-                w_slices = lowering.variables[v].laid_out_tensor.all_slices
-                m_slices = lowering.variables[slot.operation].laid_out_tensor.all_slices
-                for dev, w, m, g in zip(mesh_impl.devices, w_slices, m_slices, g_slices):
-                    with tf.device(dev):
+        for v, slot, g_slices in zip(weights, slots, grad_slices):
+            w_slices = lowering.variables[v].laid_out_tensor.all_slices
+            m_slices = lowering.variables[slot.operation].laid_out_tensor.all_slices
+            for dev, w, m, g in zip(mesh_impl.devices, w_slices, m_slices, g_slices):
+                with tf.device(dev):
+                    with tf.control_dependencies(_reads_of(m, step_ops)):
                         m_new = m.assign(momentum * m + g)
+                    with tf.control_dependencies(_reads_of(w, step_ops)):
                         updates.append(w.assign_sub(learning_rate * m_new))
         with tf.control_dependencies(updates), tf.device(master):
             train_op = global_step.assign_add(1).op
