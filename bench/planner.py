@@ -7,7 +7,10 @@
 2. Measures both layouts side by side (interleaved rounds) through the servers: median step time,
    and compares with the cost model's prediction.
 3. Memory (fresh clusters, so each server's peak is its own): peak RSS above the idle server of a
-   4-way even filter split per device, against training the same model and batch on one device.
+   4-way even filter split per device, against training the same model and batch on one device,
+   for a weight-bound model (vgg_wide: VGG's wide classifier, like VGG-16 whose dense layers hold
+   ~90% of the weights) and an activation-bound one (vgg: every device still holds the gathered,
+   full-size input of each layer, so splitting filters saves less).
 Prints one JSON object.
 """
 import argparse
@@ -51,9 +54,9 @@ def main():
     ap.add_argument("--dataset", default="digits", choices=sorted(IMAGE_SHAPES))
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=15, help="timed steps per layout")
-    ap.add_argument("--memory_model", default="vgg", help="model of the memory comparison")
+    ap.add_argument("--memory_models", default="vgg_wide,vgg", help="models of the memory comparison")
     ap.add_argument("--memory_dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
-    ap.add_argument("--memory_batch", type=int, default=32)
+    ap.add_argument("--memory_batch", type=int, default=16)
     args = ap.parse_args()
     t_start = time.time()
     spec = get_model(args.model, IMAGE_SHAPES[args.dataset], 10)
@@ -93,21 +96,24 @@ def main():
                       "examples_per_sec": round(args.batch * 1e3 / med[k], 1), "steps": len(times[k])}
         out["planned_over_even_throughput"] = round(med["even"] / med["planned"], 3)
 
-    mem_spec = get_model(args.memory_model, IMAGE_SHAPES[args.memory_dataset], 10)
-    peaks = {}
-    for mode in ("one_device", "filter_split"):
-        with emulated_cluster(cluster) as em:
-            pids = {n: em.devices[n].pid for n in workers}
-            if mode == "one_device":
-                layout, devs = Layout(mesh=(("model", 1),), devices=(em.device(workers[0]),)), workers[:1]
-            else:
-                layout, devs = even_layout(mem_spec, [em.device(n) for n in workers], workers)[0], workers
-            peaks[mode] = measure_memory(mem_spec, layout, args.memory_batch, em.session_target, master, pids,
-                                         devs).peak_bytes
-    out["memory"] = {"model": args.memory_model, "dataset": args.memory_dataset, "batch": args.memory_batch,
-                     "one_device_peak_bytes": peaks["one_device"], "filter_split_peak_bytes": peaks["filter_split"],
-                     "split_over_one_device_max": round(max(peaks["filter_split"].values())
-                                                        / max(1, max(peaks["one_device"].values())), 3)}
+    out["memory"] = {}
+    for model in args.memory_models.split(","):
+        mem_spec = get_model(model, IMAGE_SHAPES[args.memory_dataset], 10)
+        peaks = {}
+        for mode in ("one_device", "filter_split"):
+            with emulated_cluster(cluster) as em:
+                pids = {n: em.devices[n].pid for n in workers}
+                if mode == "one_device":
+                    layout, devs = Layout(mesh=(("model", 1),), devices=(em.device(workers[0]),)), workers[:1]
+                else:
+                    layout, devs = even_layout(mem_spec, [em.device(n) for n in workers], workers)[0], workers
+                peaks[mode] = measure_memory(mem_spec, layout, args.memory_batch, em.session_target, master, pids,
+                                             devs, steps=2).peak_bytes
+        out["memory"][model] = {
+            "dataset": args.memory_dataset, "batch": args.memory_batch,
+            "one_device_peak_bytes": peaks["one_device"], "filter_split_peak_bytes": peaks["filter_split"],
+            "split_over_one_device_max": round(max(peaks["filter_split"].values())
+                                               / max(1, max(peaks["one_device"].values())), 3)}
     out["seconds"] = round(time.time() - t_start, 1)
     print(json.dumps(out))
 

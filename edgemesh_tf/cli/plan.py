@@ -9,7 +9,7 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("profile", None, "Profile JSON written by profiling (per device layer ms, memory, links).")
-flags.DEFINE_enum("model", None, ["vgg", "resnet"], "Reference model (default: the profile's model).")
+flags.DEFINE_enum("model", None, ["vgg", "vgg_wide", "resnet"], "Reference model (default: the profile's model).")
 flags.DEFINE_string("out", None, "Write the plan here (YAML); default: only print it.")
 flags.DEFINE_integer("groups", None, "Number of data-parallel groups (default: the best of 1..devices).",
                      lower_bound=1)

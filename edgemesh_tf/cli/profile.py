@@ -11,7 +11,7 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file (YAML).")
-flags.DEFINE_enum("model", "vgg", ["vgg", "resnet"], "Reference model.")
+flags.DEFINE_enum("model", "vgg", ["vgg", "vgg_wide", "resnet"], "Reference model.")
 flags.DEFINE_enum("dataset", "digits", ["digits", "cifar10", "mnist", "synthetic"],
                   "Dataset whose image shape the model takes (nothing is loaded).")
 flags.DEFINE_integer("batch", 32, "Examples per device step.", lower_bound=1)

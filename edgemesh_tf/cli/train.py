@@ -9,7 +9,7 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("layout", "layouts/digits_uneven.yaml", "Layout file (YAML/JSON), see layouts/.")
-flags.DEFINE_enum("model", "vgg", ["vgg", "resnet"], "Reference model.")
+flags.DEFINE_enum("model", "vgg", ["vgg", "vgg_wide", "resnet"], "Reference model.")
 flags.DEFINE_enum("dataset", "digits", ["digits", "cifar10", "mnist", "synthetic"], "Dataset.")
 flags.DEFINE_string("data_path", None, "Directory holding the cifar10 / mnist files (nothing is downloaded).")
 flags.DEFINE_integer("steps", 300, "Train until this global step.", lower_bound=1)

@@ -88,10 +88,12 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     tf.Session.reset(session_target)
     out = []
     with tf.Session(session_target, graph=graph, config=config) as sess:
-        local_ms, _ = robust_median(_timed(sess, local, repeats))  # TF's own cost of a run, no network
+        # Round trips are the largest term of a step on slow links: sample them more than layers.
+        rtt_repeats = 4 * repeats
+        local_ms, _ = robust_median(_timed(sess, local, rtt_repeats))  # TF's own cost of a run, no network
         for d in devices:
             t0 = time.perf_counter()
-            base_ms, _ = robust_median(_timed(sess, base[d.name], repeats))
+            base_ms, _ = robust_median(_timed(sess, base[d.name], rtt_repeats))
             timings = []
             for s in shapes:
                 med, iqr = robust_median(_timed(sess, ops[d.name][s.name], repeats))
