@@ -4,8 +4,8 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
 (U units, device i holding s_i >= 1 of them; k devices; batch b; profile batch b0):
 
   compute_i,l = layer_ms_i,l * b/b0 * s_i/U            (replicated: layer_ms_i,l * b/b0 on every device)
-  gather_i,l  = L_direct + 8 * b * out_l * (U - s_i)/U / min(bw_i, bw_{i-1})   forward gather:
-                device i receives the other shares straight from their owners; L_direct = the two
+  gather_i,l  = L_direct + 8 * b * out_l * (U - s_i)/U / bw_i   forward gather: device i receives
+                the other shares straight from their owners over its own link; L_direct = the two
                 largest lat summed (a hop a -> b costs lat_a + lat_b, ``collectives``)
   reduce_l    = (k-1)/k * 8 * b * in_l / bw_min + L_direct     backward reduce-scatter of the input
                 gradient's partial sums to the previous layer's shares; 0 for the first layer (the image
@@ -118,9 +118,8 @@ def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, prof
     lat = [d.latency_ms for d in group]
     bw_min = min(d.bandwidth_mbit for d in group)
     scale = batch / profile_batch
-    # Ring order = group order: device i receives everything from device i-1 (wrapping around).
-    recv = tuple(transfer_ms(batch * dim.out_bytes / dim.units,
-                             min(d.bandwidth_mbit, group[i - 1].bandwidth_mbit)) for i, d in enumerate(group))
+    # The gather is direct: device i receives the other shares over its own link.
+    recv = tuple(transfer_ms(batch * dim.out_bytes / dim.units, d.bandwidth_mbit) for d in group)
     in_elements = batch * dim.in_bytes // FLOAT_BYTES
     reduce_ms = (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + direct_latency_ms(lat)
     allreduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + allreduce_latency_ms(lat, in_elements)

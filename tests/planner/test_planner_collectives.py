@@ -42,7 +42,7 @@ def test_simulated_step_by_hand():
     # fc split 3:1 at half the profile batch: compute 15 and 10 ms, a third of it forward
     da, db = ta + 5, tb + 10 / 3
     # gather: the other's part arrives one hop (1 + 2 ms) after it is done, then the bytes
-    ta, tb = max(da, db + 3) + 0.04, max(db, da + 3) + 0.12
+    ta, tb = max(da, db + 3) + 0.04, max(db, da + 3) + 0.06
     # out replicated (1 and 2 ms), forward then backward; fc backward (first layer: no allreduce)
     ta, tb = ta + 1 + 10, tb + 2 + 20 / 3
     expected = max(ta + 1.5, tb + 2.5)

@@ -42,9 +42,9 @@ def test_step_memory_and_sync_by_hand():
     p = predict([a, b], stats, {"fc": (3, 1)}, profile_batch=20)  # batch 10 of a profile at 20: half the ms
     fc, out = p.layers
     assert fc.compute_ms == pytest.approx((20 * 3 / 4, 40 * 1 / 4)) and out.compute_ms == (1.0, 2.0)
-    # allconcat: 10 ex * 4 bytes * the other units / min(own, predecessor's) bandwidth (8 Mbit/s)
+    # gather: 10 ex * 4 bytes * the other units over the device's own link (1000 and 2000 bytes/ms)
     # + 1 hop * (1 + 2) ms (a device-to-device path crosses both devices' links)
-    gather = (3 + 10 * 4 * 1 / 1000, 3 + 10 * 4 * 3 / 1000)
+    gather = (3 + 10 * 4 * 1 / 1000, 3 + 10 * 4 * 3 / 2000)
     # fc's input is the image: nothing to allreduce
     assert fc.comm_ms == pytest.approx(max(gather))
     # base: per device 2 * round trip + its input batch (10 * 256 image bytes) over its own link
