@@ -1,0 +1,65 @@
+"""The profiler on the emulated edge2 cluster (speeds 1 and 1/3, 100 and 50 Mbit/s, 2 and 5 ms),
+and its fitting helpers."""
+import os
+import time
+
+import pytest
+
+from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.profile.profiler import fit_link, robust_median
+from edgemesh_tf.profile.types import load_profile, save_profile
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+
+
+def test_fit_link_recovers_latency_and_bandwidth():
+    sizes = [16 << 10, 128 << 10, 512 << 10] * 3
+    times = [4.0 + n * 8 / 20e3 for n in sizes]  # 2 ms one way (4 ms round trip), 20 Mbit/s
+    latency_ms, mbit = fit_link(sizes, times)
+    assert latency_ms == pytest.approx(2.0) and mbit == pytest.approx(20.0)
+
+
+def test_robust_median_drops_outliers():
+    med, iqr = robust_median([10.0, 10.5, 9.5, 10.2, 9.8, 80.0])
+    assert med == pytest.approx(10.0) and iqr < 2  # 80 dropped: median of the other five
+
+
+def test_profile_edge2(vgg_digits, tmp_path):
+    from edgemesh_tf.cluster import emulated_cluster, load_cluster
+    from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
+    from edgemesh_tf.profile.step_timer import LayoutRunner, measure_side_by_side
+
+    cluster = load_cluster(os.path.join(ROOT, "layouts", "edge2.yaml"))
+    with emulated_cluster(cluster) as em:
+        devices = [DeviceToProfile(d.name, em.device(d.name), d.memory_mib << 20, em.devices[d.name].pid)
+                   for d in cluster.workers]
+        t0 = time.perf_counter()
+        profile = profile_devices(vgg_digits, 32, devices, em.session_target, em.device("chief"))
+        assert time.perf_counter() - t0 < 60
+        fast, slow = profile.device("fast"), profile.device("slow")
+        assert [t.name for t in fast.layers] == list(vgg_digits.split_dims())
+        assert slow.layer_ms("conv2") > 1.8 * fast.layer_ms("conv2")  # configured 3x slower
+        assert 70 < fast.bandwidth_mbit < 130 and 35 < slow.bandwidth_mbit < 65
+        assert slow.latency_ms > fast.latency_ms > 0
+        assert fast.peak_memory_bytes > 0 and fast.memory_bytes == 1024 << 20
+        path = str(tmp_path / "p.json")
+        save_profile(profile, path)
+        assert load_profile(path) == profile
+        # A layout's training step, timed side by side with another on the same servers.
+        single = Layout(mesh=(("model", 1),), devices=(em.device("fast"),))
+        both = Layout(mesh=(("model", 2),), devices=(em.device("fast"), em.device("slow")))
+        runners = {name: LayoutRunner(vgg_digits, lay, 32, em.session_target, em.device("chief"), container=name)
+                   for name, lay in (("single", single), ("both", both))}
+        try:
+            times = measure_side_by_side(runners, steps=3, round_steps=1, warmup=1)
+        finally:
+            for r in runners.values():
+                r.close()
+        assert all(len(v) >= 3 and min(v) > 0 for v in times.values())
+
+
+def test_bad_profile_file_is_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model": "vgg"}')
+    with pytest.raises(ValueError, match="bad.json: not a valid profile"):
+        load_profile(str(bad))
