@@ -7,7 +7,9 @@ the first dense layer flattens its input, every layer's output is gathered on al
 from __future__ import annotations
 
 import dataclasses
+import math
 
+from edgemesh_tf.models.shapes import layer_shapes
 from edgemesh_tf.models.spec import ModelSpec
 
 FLOAT_BYTES = 4
@@ -58,35 +60,17 @@ def model_stats(spec: ModelSpec, batch: int) -> ModelStats:
     """Sizes of every split dim of ``spec`` (in layer order) for ``batch`` examples per step."""
     if batch < 1:
         raise ValueError("batch must be a positive integer, got %r" % batch)
-    h, w, c = spec.image_shape
-    spatial = True
     dims: list[DimStats] = []
-
-    def conv(name: str, units: int, pool: bool) -> None:
-        nonlocal h, w, c
-        in_bytes, flops = FLOAT_BYTES * h * w * c, 2 * 9 * c * units * h * w
-        if pool:
-            h, w = h // 2, w // 2
-        dims.append(DimStats(name, units, 9 * c + 1, FLOAT_BYTES * h * w * units, in_bytes, flops))
-        c = units
-
-    for layer in spec.layers:
+    for layer in layer_shapes(spec, 1):
+        features = math.prod(layer.in_shape[1:])
+        in_bytes = 0 if layer.first else FLOAT_BYTES * features  # the image needs no gradient
         if layer.kind == "conv":
-            conv(layer.name, layer.units, layer.pool)
-        elif layer.kind == "res":
-            if c != layer.units:
-                raise ValueError("res block %r: input has %d channels, block has %d" % (layer.name, c, layer.units))
-            conv(layer.name + "a", layer.units, False)
-            conv(layer.name + "b", layer.units, False)
-        elif layer.kind == "dense":
-            feat = h * w * c if spatial else c
-            spatial = False
-            dims.append(DimStats(layer.name, layer.units, feat + 1, FLOAT_BYTES * layer.units, FLOAT_BYTES * feat,
-                                 2 * feat * layer.units))
-            c = layer.units
+            _, h, w, c = layer.in_shape
+            oh, ow = (h // 2, w // 2) if layer.pool else (h, w)
+            dims.append(DimStats(layer.name, layer.units, 9 * c + 1, FLOAT_BYTES * oh * ow * layer.units, in_bytes,
+                                 2 * 9 * c * layer.units * h * w))
         else:
-            raise ValueError("layer %r: unknown kind %r; expected conv, res or dense" % (layer.name, layer.kind))
-    if dims:  # the image needs no gradient: nothing to allreduce below the first layer
-        dims[0] = dataclasses.replace(dims[0], in_bytes=0)
+            dims.append(DimStats(layer.name, layer.units, features + 1, FLOAT_BYTES * layer.units, in_bytes,
+                                 2 * features * layer.units))
     h0, w0, c0 = spec.image_shape
     return ModelStats(spec.name, batch, tuple(dims), FLOAT_BYTES * h0 * w0 * c0)

@@ -16,7 +16,8 @@ import numpy as np
 
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.models.spec import ModelSpec
-from edgemesh_tf.profile.layers import build_layer_op, build_noop_op, build_transfer_op, layer_shapes
+from edgemesh_tf.models.shapes import layer_shapes
+from edgemesh_tf.profile.layers import build_layer_op, build_noop_op, build_transfer_op
 from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
 
 TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)

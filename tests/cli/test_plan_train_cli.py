@@ -8,7 +8,7 @@ import sys
 import yaml
 
 from edgemesh_tf.models import get_model
-from edgemesh_tf.profile.layers import layer_shapes
+from edgemesh_tf.models.shapes import layer_shapes
 from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile, save_profile
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
