@@ -15,20 +15,18 @@ Prints one JSON object.
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
+from edgemesh_tf.data import IMAGE_SHAPES
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan, predict
 from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
 from edgemesh_tf.profile.run import DEFAULT_MEMORY_MIB
 from edgemesh_tf.profile.step_timer import LayoutRunner, measure_memory, measure_side_by_side
-
-IMAGE_SHAPES = {"digits": (8, 8, 1), "mnist": (28, 28, 1), "cifar10": (32, 32, 3)}
 
 
 def even_shares(units: int, k: int) -> tuple[int, ...] | None:

@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from edgemesh_tf.mesh.build import mesh_impl_for, session_config
+from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import mtf, placement_mesh_impl, tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.models import get_model

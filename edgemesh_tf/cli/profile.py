@@ -19,14 +19,13 @@ flags.DEFINE_integer("repeats", 5, "Timed repeats per measurement.", lower_bound
 flags.DEFINE_bool("emulate", True, "Start the emulated testbed for the cluster file.")
 flags.DEFINE_string("out", "runs/profile.json", "Where to write the profile (JSON).")
 
-IMAGE_SHAPES = {"digits": (8, 8, 1), "mnist": (28, 28, 1), "cifar10": (32, 32, 3), "synthetic": (32, 32, 3)}
-
 
 def main(argv):
     if len(argv) > 1:
         raise SystemExit("edgemesh profile: unexpected arguments %s" % argv[1:])
     import os
 
+    from edgemesh_tf.data import IMAGE_SHAPES
     from edgemesh_tf.models import get_model
     from edgemesh_tf.profile.run import profile_cluster
     from edgemesh_tf.profile.types import save_profile

@@ -17,6 +17,8 @@ from edgemesh_tf.data.synthetic import synthetic
 _BUILTIN = {"digits": digits, "synthetic": synthetic}  # generated or shipped: take no path
 _FROM_FILES = {"cifar10": cifar10, "mnist": mnist}     # read from a user-given directory
 DATASET_NAMES = tuple(sorted({**_BUILTIN, **_FROM_FILES}))
+IMAGE_SHAPES = {"digits": (8, 8, 1), "mnist": (28, 28, 1), "cifar10": (32, 32, 3), "synthetic": (32, 32, 3)}
+"""(H, W, C) of each dataset's images (synthetic: its default), for sizing a model without loading data."""
 
 
 def load_dataset(name: str, path: str | os.PathLike | None = None, **kw) -> Dataset:
@@ -38,5 +40,5 @@ def load_dataset(name: str, path: str | os.PathLike | None = None, **kw) -> Data
     raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASET_NAMES)}")
 
 
-__all__ = ["DATASET_NAMES", "Dataset", "DatasetError", "batches", "cifar10", "digits",
+__all__ = ["DATASET_NAMES", "IMAGE_SHAPES", "Dataset", "DatasetError", "batches", "cifar10", "digits",
            "load_dataset", "mnist", "synthetic"]

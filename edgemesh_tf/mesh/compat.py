@@ -22,7 +22,7 @@ def _patch_estimator() -> None:
     if name in sys.modules:
         return
     try:  # pragma: no cover - only on TF < 2.16
-        from tensorflow.compat.v1 import estimator  # noqa: F401
+        from tensorflow.compat.v1 import estimator  # noqa: F401  (present: nothing to patch)
         return
     except ImportError:
         pass
