@@ -1,0 +1,221 @@
+"""ASHL schedule: local iterations, data shares, compression ratios, SHL staleness, phases.
+
+Pure Python (no TensorFlow). Formulas follow ASHL (DESIGN.md, "Sources we follow"); all times
+are milliseconds (ms) per worker, measured by the profiling pre-training:
+
+* ``T_max = max_i(T_iter[i]·H_preset + T_comm[i])``
+* ``H[i] = max(1, round((T_max − T_comm[i]) / T_iter[i]))`` — the slowest worker gets ``H_preset``
+* ``D[i] = H[i] / ΣH`` — the server applies ``W += η·D[i]·Δw[i]``
+* ``R[i] = min(1, max(r_min, (T_max − T_other[i]) / T_push[i]))`` with
+  ``T_other[i] = T_iter[i]·H[i] + other_ms[i]`` (compute plus the communication that is not the push)
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+PHASES = ("profiling", "ahl", "shl")
+
+
+@dataclass(frozen=True)
+class WorkerTiming:
+    """Profiled timings of one worker, all in ms.
+
+    ``iter_ms``: one local iteration (forward+backward+local update), > 0.
+    ``comm_ms``: one commit's whole communication (push of the update + pull of the weights), >= 0.
+    ``push_ms``: the push part of ``comm_ms`` at full size (uncompressed), >= 0.
+    ``other_ms``: the communication of a commit that is not the push (e.g. the pull), >= 0.
+    """
+
+    name: str
+    iter_ms: float
+    comm_ms: float
+    push_ms: float
+    other_ms: float
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"WorkerTiming.name must be a non-empty string, got {self.name!r}")
+        if not (isinstance(self.iter_ms, (int, float)) and math.isfinite(self.iter_ms)
+                and self.iter_ms > 0):
+            raise ValueError(
+                f"worker {self.name!r}: iter_ms must be a finite number > 0 ms, got {self.iter_ms!r}")
+        for field in ("comm_ms", "push_ms", "other_ms"):
+            v = getattr(self, field)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(
+                    f"worker {self.name!r}: {field} must be a finite number >= 0 ms, got {v!r}")
+
+
+def _check_timings(timings: Sequence[WorkerTiming]) -> list[WorkerTiming]:
+    timings = list(timings)
+    if not timings:
+        raise ValueError("timings must hold at least one WorkerTiming, got none")
+    seen = set()
+    for t in timings:
+        if not isinstance(t, WorkerTiming):
+            raise TypeError(f"timings must be WorkerTiming objects, got {type(t).__name__}")
+        if t.name in seen:
+            raise ValueError(f"duplicate worker name {t.name!r} in timings; names must be unique")
+        seen.add(t.name)
+    return timings
+
+
+def t_max_ms(timings: Sequence[WorkerTiming], h_preset: int = 8) -> float:
+    """``T_max = max_i(iter_ms[i]·h_preset + comm_ms[i])`` in ms: the round time of the slowest worker."""
+    if not isinstance(h_preset, int) or isinstance(h_preset, bool) or h_preset < 1:
+        raise ValueError(f"h_preset must be an int >= 1 (local iterations), got {h_preset!r}")
+    timings = _check_timings(timings)
+    return max(t.iter_ms * h_preset + t.comm_ms for t in timings)
+
+
+def local_iterations(timings: Sequence[WorkerTiming], h_preset: int = 8) -> dict[str, int]:
+    """ASHL's local iterations per commit: ``H[i] = max(1, round((T_max − comm_ms[i]) / iter_ms[i]))``.
+
+    The slowest worker (the one defining ``T_max``) gets exactly ``h_preset``; faster workers more.
+    Rounding is Python's ``round`` (halves to even, e.g. 2.5 -> 2).
+    """
+    tmax = t_max_ms(timings, h_preset)
+    return {t.name: max(1, int(round((tmax - t.comm_ms) / t.iter_ms))) for t in timings}
+
+
+def _check_h(h: Mapping[str, int], names: Iterable[str] | None = None) -> None:
+    if not h:
+        raise ValueError("H must map at least one worker name to its local iterations, got {}")
+    for name, v in h.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"worker {name!r}: H must be an int >= 1 local iterations, got {v!r}")
+    if names is not None:
+        names = list(names)
+        missing = [n for n in names if n not in h]
+        extra = [n for n in h if n not in set(names)]
+        if missing or extra:
+            raise ValueError(f"H must have exactly the workers {names}; missing {missing}, "
+                             f"unknown {extra}")
+
+
+def data_shares(h: Mapping[str, int]) -> dict[str, float]:
+    """Data share (fraction of the training set, sums to 1): ``D[i] = H[i] / ΣH``."""
+    _check_h(h)
+    total = sum(h.values())
+    return {name: v / total for name, v in h.items()}
+
+
+def compression_ratios(timings: Sequence[WorkerTiming], h: Mapping[str, int],
+                       r_min: float = 0.01, t_max: float | None = None) -> dict[str, float]:
+    """Top-k ratio per worker (fraction of the update's entries pushed, in [r_min, 1]).
+
+    ``R[i] = min(1, max(r_min, (T_max − T_other[i]) / push_ms[i]))`` with
+    ``T_other[i] = iter_ms[i]·H[i] + other_ms[i]``. ``t_max`` (ms) defaults to the longest round
+    under ``h``, ``max_i(iter_ms[i]·H[i] + comm_ms[i])`` (equal to ``t_max_ms`` up to the rounding of
+    H). A worker whose push takes 0 ms gets 1.
+    """
+    timings = _check_timings(timings)
+    _check_h(h, [t.name for t in timings])
+    if not (isinstance(r_min, (int, float)) and 0 < r_min <= 1):
+        raise ValueError(f"r_min must be in (0, 1], got {r_min!r}")
+    if t_max is None:
+        t_max = max(t.iter_ms * h[t.name] + t.comm_ms for t in timings)
+    elif not (isinstance(t_max, (int, float)) and math.isfinite(t_max) and t_max > 0):
+        raise ValueError(f"t_max must be a finite number > 0 ms, got {t_max!r}")
+    out = {}
+    for t in timings:
+        if t.push_ms == 0:
+            out[t.name] = 1.0
+            continue
+        t_other = t.iter_ms * h[t.name] + t.other_ms
+        out[t.name] = float(min(1.0, max(r_min, (t_max - t_other) / t.push_ms)))
+    return out
+
+
+def _min_round(rounds_of_all) -> int:
+    values = list(rounds_of_all.values()) if isinstance(rounds_of_all, Mapping) else list(rounds_of_all)
+    if not values:
+        raise ValueError("rounds_of_all must hold the round of at least one live worker, got none")
+    return min(values)
+
+
+class StalenessGate:
+    """SHL's bounded staleness: a worker may start its next round while it is at most ``bound``
+    rounds (commits) ahead of the slowest live worker; otherwise it waits.
+
+    ``rounds_of_all`` is a sequence or a ``{name: round}`` mapping of the live workers' rounds
+    (commit counts); dead workers must be left out, or everybody waits for them forever.
+    """
+
+    def __init__(self, bound: int = 3):
+        if not isinstance(bound, int) or isinstance(bound, bool) or bound < 0:
+            raise ValueError(f"StalenessGate bound must be an int >= 0 rounds, got {bound!r}")
+        self.bound = bound
+
+    def lag(self, round_of_worker: int, rounds_of_all) -> int:
+        """Rounds this worker is ahead of the slowest live worker (``round − min(rounds)``)."""
+        return round_of_worker - _min_round(rounds_of_all)
+
+    def may_commit(self, round_of_worker: int, rounds_of_all) -> bool:
+        """True while ``lag <= bound``."""
+        return self.lag(round_of_worker, rounds_of_all) <= self.bound
+
+
+class PhaseController:
+    """Training phases: ``profiling`` -> ``ahl`` (``start_ahl``) -> ``shl``.
+
+    In AHL, ``observe_loss`` switches to SHL once the global training loss is <= ``loss_threshold``
+    for ``patience`` consecutive evaluations (a NaN or higher loss resets the count). Losses seen
+    outside AHL are ignored. Every transition is recorded as ``(phase, step, wall_time_s)``, the
+    first being ``("profiling", 0, t0)``. ``state()``/``from_state()`` round-trip through a plain
+    dict (JSON-compatible) for checkpoints.
+    """
+
+    def __init__(self, loss_threshold: float, patience: int = 1, *, _now=time.time):
+        if not (isinstance(loss_threshold, (int, float)) and math.isfinite(loss_threshold)):
+            raise ValueError(f"loss_threshold must be a finite number, got {loss_threshold!r}")
+        if not isinstance(patience, int) or isinstance(patience, bool) or patience < 1:
+            raise ValueError(f"patience must be an int >= 1 evaluations, got {patience!r}")
+        self.loss_threshold = float(loss_threshold)
+        self.patience = patience
+        self.phase = "profiling"
+        self.streak = 0
+        self._now = _now
+        self.transitions: list[tuple[str, int, float]] = [("profiling", 0, float(_now()))]
+
+    def _enter(self, phase: str, step: int, wall_time: float | None) -> None:
+        self.phase = phase
+        self.streak = 0
+        self.transitions.append((phase, int(step), float(self._now() if wall_time is None
+                                                         else wall_time)))
+
+    def start_ahl(self, step: int = 0, wall_time: float | None = None) -> None:
+        """Profiling done: enter AHL at global ``step`` (wall time in s, default now)."""
+        if self.phase != "profiling":
+            raise RuntimeError(f"start_ahl needs phase 'profiling', the phase is {self.phase!r}")
+        self._enter("ahl", step, wall_time)
+
+    def observe_loss(self, loss: float, step: int, wall_time: float | None = None) -> str:
+        """Feed one evaluation of the global training loss; returns the phase after it."""
+        if self.phase != "ahl":
+            return self.phase
+        if loss <= self.loss_threshold:  # False for NaN
+            self.streak += 1
+            if self.streak >= self.patience:
+                self._enter("shl", step, wall_time)
+        else:
+            self.streak = 0
+        return self.phase
+
+    def state(self) -> dict:
+        return {"loss_threshold": self.loss_threshold, "patience": self.patience,
+                "phase": self.phase, "streak": self.streak,
+                "transitions": [list(t) for t in self.transitions]}
+
+    @classmethod
+    def from_state(cls, state: Mapping) -> "PhaseController":
+        pc = cls(state["loss_threshold"], state["patience"])
+        if state["phase"] not in PHASES:
+            raise ValueError(f"state phase must be one of {PHASES}, got {state['phase']!r}")
+        pc.phase = state["phase"]
+        pc.streak = int(state["streak"])
+        pc.transitions = [(str(p), int(s), float(w)) for p, s, w in state["transitions"]]
+        return pc
