@@ -17,6 +17,7 @@ sizes, ``TopK`` and while loops are refused with a ValueError when the layout is
 """
 from __future__ import annotations
 
+import random as _random
 from typing import Mapping, Sequence
 
 from edgemesh_tf.mesh.compat import mtf, placement_mesh_impl, tf
@@ -106,8 +107,7 @@ class UnevenMeshImpl(placement_mesh_impl.PlacementMeshImpl):
         return self.slicewise(tf_fn, old_slices, self.laid_out_pnum())
 
     def random(self, shape, tf_fn, kwargs):
-        import random as _random
-        op_seed = _random.random()
+        op_seed = _random.random()  # as mtf: equal slices of the same op get equal seeds
 
         def my_fn(pnum):
             seed = hash("%s,%s" % (op_seed, self.slice_begin(shape, pnum)))
