@@ -24,8 +24,7 @@ from edgemesh_tf.data import IMAGE_SHAPES
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan, predict
-from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
-from edgemesh_tf.profile.run import DEFAULT_MEMORY_MIB
+from edgemesh_tf.profile.run import profile_workers
 from edgemesh_tf.profile.step_timer import LayoutRunner, measure_memory, measure_side_by_side
 
 
@@ -60,14 +59,13 @@ def main():
     spec = get_model(args.model, IMAGE_SHAPES[args.dataset], 10)
     cluster = load_cluster(args.cluster)
     workers = [d.name for d in cluster.workers]
-    master = (cluster.chief or cluster.workers[0]).device_string
+    master = cluster.master.device_string
     out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch}
 
     with emulated_cluster(cluster) as em:
         t0 = time.time()
-        profile = profile_devices(spec, args.batch, [
-            DeviceToProfile(n, em.device(n), (cluster.device(n).memory_mib or DEFAULT_MEMORY_MIB) << 20,
-                            em.devices[n].pid) for n in workers], em.session_target, master)
+        profile = profile_workers(cluster, spec, args.batch, em.session_target,
+                                  {n: d.pid for n, d in em.devices.items()})
         out["profile_s"] = round(time.time() - t0, 1)
         stats = model_stats(spec, args.batch)
         planned = plan(profile, spec, groups=1, batch=args.batch).groups[0]

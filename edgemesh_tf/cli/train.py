@@ -50,8 +50,8 @@ def main(argv):
     if not FLAGS.cluster:
         train(spec, data, layout, **kwargs)
         return
+    from edgemesh_tf.cluster.reach import reachable_cluster
     from edgemesh_tf.cluster.spec import load_cluster
-    from edgemesh_tf.profile.run import reachable_cluster
     try:
         cluster = load_cluster(FLAGS.cluster)
         known = {d.device_string for d in cluster.devices}
@@ -61,9 +61,8 @@ def main(argv):
                                  % (FLAGS.layout, dev, FLAGS.cluster, sorted(known)))
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)
-    master = (cluster.chief or cluster.workers[0]).device_string
     with reachable_cluster(cluster, FLAGS.emulate) as (_, target, _):
-        train(spec, data, layout, session_target=target, master_device=master, **kwargs)
+        train(spec, data, layout, session_target=target, master_device=cluster.master.device_string, **kwargs)
 
 
 def _layout_of_plan(plan, path: str, group):

@@ -88,8 +88,7 @@ class EmulatedCluster:
     @property
     def session_target(self) -> str:
         """The chief's target, else the first worker's."""
-        d = self.spec.chief or self.spec.workers[0]
-        return self.target(d.name)
+        return self.target(self.spec.master.name)
 
     def step_delay_s(self, name: str, step_s: float) -> float:
         """Seconds to sleep after a step of `step_s` on `name` (0 unless compute == 'step-delay')."""

@@ -89,6 +89,12 @@ class ClusterFile:
         chiefs = self.by_role("chief")
         return chiefs[0] if chiefs else None
 
+    @property
+    def master(self) -> Device:
+        """The device a client session uses as master (and where whole variables live): the
+        chief, else the first worker."""
+        return self.chief or self.workers[0]
+
 
 def _err(path: str, device: str | None, field: str | None, msg: str) -> ClusterFileError:
     where = [path]

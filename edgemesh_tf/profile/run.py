@@ -1,11 +1,10 @@
-"""Profile the workers of a cluster file: on the emulated testbed (started for the duration) or on
-servers already running at the file's addresses."""
+"""Profile the workers of a cluster file, on the emulated testbed or on running servers."""
 from __future__ import annotations
 
-import contextlib
+from typing import Mapping
 
+from edgemesh_tf.cluster.reach import reachable_cluster
 from edgemesh_tf.cluster.spec import ClusterFile, load_cluster
-from edgemesh_tf.cluster.tf_config import cluster_spec_dict
 from edgemesh_tf.models.spec import ModelSpec
 from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
 from edgemesh_tf.profile.types import Profile
@@ -13,25 +12,18 @@ from edgemesh_tf.profile.types import Profile
 DEFAULT_MEMORY_MIB = 1024
 
 
-@contextlib.contextmanager
-def reachable_cluster(cluster: ClusterFile | str, emulate: bool, **up_kwargs):
-    """Yields (cluster_spec dict, session target, {device name: server pid or None})."""
-    cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
-    if emulate:
-        from edgemesh_tf.cluster.emulator import emulated_cluster
-        with emulated_cluster(cluster, **up_kwargs) as em:
-            yield em.cluster_spec(), em.session_target, {n: d.pid for n, d in em.devices.items()}
-    else:
-        master = cluster.chief or cluster.workers[0]
-        yield cluster_spec_dict(cluster), "grpc://" + master.address, {d.name: None for d in cluster.devices}
+def profile_workers(cluster: ClusterFile, spec: ModelSpec, batch: int, session_target: str,
+                    pids: Mapping[str, int | None], *, repeats: int = 5) -> Profile:
+    """Measures every worker of a reachable ``cluster``; ``pids`` {device name: local server pid
+    or None} enables the peak-memory reading; budgets come from the file's memory_mib."""
+    devices = [DeviceToProfile(d.name, d.device_string, (d.memory_mib or DEFAULT_MEMORY_MIB) << 20, pids.get(d.name))
+               for d in cluster.workers]
+    return profile_devices(spec, batch, devices, session_target, cluster.master.device_string, repeats=repeats)
 
 
 def profile_cluster(cluster: ClusterFile | str, spec: ModelSpec, batch: int, *, emulate: bool = True,
                     repeats: int = 5, **up_kwargs) -> Profile:
     """Measures every worker of ``cluster`` for ``spec`` at ``batch`` examples per device step."""
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
-    master = cluster.chief or cluster.workers[0]
     with reachable_cluster(cluster, emulate, **up_kwargs) as (_, target, pids):
-        devices = [DeviceToProfile(d.name, d.device_string, (d.memory_mib or DEFAULT_MEMORY_MIB) << 20, pids[d.name])
-                   for d in cluster.workers]
-        return profile_devices(spec, batch, devices, target, master.device_string, repeats=repeats)
+        return profile_workers(cluster, spec, batch, target, pids, repeats=repeats)
