@@ -21,25 +21,18 @@ import time
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
 from edgemesh_tf.data import IMAGE_SHAPES
-from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.mesh.layout import Layout, even_split
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan, predict
 from edgemesh_tf.profile.run import profile_workers
 from edgemesh_tf.profile.step_timer import LayoutRunner, measure_memory, measure_side_by_side
 
 
-def even_shares(units: int, k: int) -> tuple[int, ...] | None:
-    """The most even integer split (None if some device would get 0)."""
-    if units < k:
-        return None
-    return tuple(units // k + (1 if i < units % k else 0) for i in range(k))
-
-
-def even_layout(spec, devices, names):
-    dims = spec.split_dims()
-    shares = {n: even_shares(u, len(devices)) for n, u in dims.items()}
-    shares = {n: s for n, s in shares.items() if s}
-    layout = Layout(mesh=(("model", len(devices)),), devices=tuple(devices),
+def even_layout(spec, devices):
+    """Every split dim with at least one unit per device, split as evenly as integers allow."""
+    k = len(devices)
+    shares = {n: even_split(u, k) for n, u in spec.split_dims().items() if u >= k}
+    layout = Layout(mesh=(("model", k),), devices=tuple(devices),
                     rules=tuple((n, "model") for n in shares), sizes=tuple(shares.items()))
     return layout, shares
 
@@ -71,7 +64,7 @@ def main():
         planned = plan(profile, spec, groups=1, batch=args.batch).groups[0]
         group = [profile.device(n) for n in planned.names]
         devices = [em.device(n) for n in planned.names]
-        even, even_assign = even_layout(spec, devices, planned.names)
+        even, even_assign = even_layout(spec, devices)
         pred = {"planned": planned.prediction.step_ms,
                 "even": predict(group, stats, even_assign, profile_batch=profile.batch).step_ms}
         layouts = {"planned": planned.layout, "even": even}
@@ -102,7 +95,7 @@ def main():
                 if mode == "one_device":
                     layout, devs = Layout(mesh=(("model", 1),), devices=(em.device(workers[0]),)), workers[:1]
                 else:
-                    layout, devs = even_layout(mem_spec, [em.device(n) for n in workers], workers)[0], workers
+                    layout, devs = even_layout(mem_spec, [em.device(n) for n in workers])[0], workers
                 peaks[mode] = measure_memory(mem_spec, layout, args.memory_batch, em.session_target, master, pids,
                                              devs, steps=2).peak_bytes
         out["memory"][model] = {

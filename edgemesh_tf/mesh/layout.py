@@ -69,7 +69,7 @@ class Layout:
             raise ValueError(
                 "layout: dimension %r of size %d cannot be split evenly over mesh dim %r of size %d; "
                 "give its sizes explicitly, e.g. sizes: {%s: %s}"
-                % (tensor_dim, dim_size, mesh_dim, n, tensor_dim, _suggest(dim_size, n)))
+                % (tensor_dim, dim_size, mesh_dim, n, tensor_dim, list(even_split(dim_size, n))))
         return (dim_size // n,) * n
 
     def validate(self, dims: Mapping[str, int] | None = None,
@@ -139,11 +139,9 @@ class Layout:
                 "sizes": {k: list(v) for k, v in self.sizes}}
 
 
-def _suggest(total: int, n: int) -> list[int]:
-    base = [total // n] * n
-    for i in range(total % n):
-        base[i] += 1
-    return base
+def even_split(total: int, n: int) -> tuple[int, ...]:
+    """The most even split of ``total`` units over ``n`` positions, larger shares first."""
+    return tuple(total // n + (1 if i < total % n else 0) for i in range(n))
 
 
 def normalize_device(name: str) -> str:

@@ -31,7 +31,7 @@ import heapq
 import math
 from typing import Sequence
 
-from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.mesh.layout import Layout, even_split
 from edgemesh_tf.planner.cost import (GroupPrediction, LayerCoeffs, Shares, check_group, fixed_memory_bytes,
                                       layer_coeffs, predict)
 from edgemesh_tf.planner.model_stats import ModelStats
@@ -160,8 +160,7 @@ def divide(group: Sequence[DeviceProfile], stats: ModelStats, *, chunks: int | N
     shares = [solve(l) for l in range(len(coeffs))]
     while True:
         held = [s or (co.units,) * k for s, co in zip(shares, coeffs)]
-        mem = [fixed_memory_bytes(stats) + sum(co.mem_per_unit * h[i] for co, h in zip(coeffs, held))
-               for i in range(k)]
+        mem = _memory(stats, coeffs, shares, k)
         excess, i = max((mem[i] - group[i].memory_bytes, i) for i in range(k))
         if excess <= 0:
             break
@@ -203,7 +202,7 @@ def _neighbours(coeffs, quanta, shares, k):
                         yield l, tuple(moved)
         else:
             n = co.units // q
-            yield l, tuple(q * (n // k + (1 if i < n % k else 0)) for i in range(k))
+            yield l, tuple(q * s for s in even_split(n, k))
 
 
 def _polish(group, stats, coeffs, quanta, shares, profile_batch):
