@@ -205,11 +205,12 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
                          % (sorted(unknown), [d.name for d in stats.dims]))
     k = len(group)
     compute, comm, memory = [0.0] * k, [0.0] * k, [fixed_memory_bytes(stats)] * k
-    layers = []
+    layers, coeffs = [], []
     for dim in stats.dims:
         shares = assignment.get(dim.name)
         _check_shares(dim, shares, k)
         co = layer_coeffs(group, dim, stats.batch, profile_batch or stats.batch)
+        coeffs.append(co)
         held = shares or (dim.units,) * k
         gather = co.gather_ms(shares)
         reduce_ms = co.reduce_ms if shares is not None and k > 1 else 0.0
@@ -221,7 +222,7 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
         layers.append(LayerPrediction(dim.name, dim.units, None if shares is None else tuple(shares), lc,
                                       co.comm_ms(shares)))
     from edgemesh_tf.planner.simulate import simulate_step_ms  # simulate builds on this module's terms
-    step = simulate_step_ms(group, stats, assignment, profile_batch or stats.batch)
+    step = simulate_step_ms(group, stats, assignment, profile_batch or stats.batch, coeffs)
     return GroupPrediction(tuple(d.name for d in group), step, tuple(compute), tuple(comm),
                            tuple(memory), ps_sync_ms(group, stats, ps_bandwidth_mbit),
                            tuple(layers), sum(lp.ms for lp in layers) + base_ms(group, stats))

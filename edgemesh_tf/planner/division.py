@@ -213,7 +213,7 @@ def _polish(group, stats, coeffs, quanta, shares, profile_batch):
     names = [d.name for d in stats.dims]
 
     def cost(sh):
-        return simulate_step_ms(group, stats, dict(zip(names, sh)), profile_batch)
+        return simulate_step_ms(group, stats, dict(zip(names, sh)), profile_batch, coeffs)
 
     def fits(sh):
         return all(m <= d.memory_bytes for m, d in zip(_memory(stats, coeffs, sh, k), group))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from edgemesh_tf.planner.cost import Shares, layer_coeffs, transfer_ms
+from edgemesh_tf.planner.cost import LayerCoeffs, Shares, layer_coeffs, transfer_ms
 from edgemesh_tf.planner.model_stats import ModelStats
 from edgemesh_tf.profile.types import DeviceProfile
 
@@ -28,16 +28,21 @@ FORWARD_FRACTION = 1.0 / 3.0
 
 
 def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares],
-                     profile_batch: int) -> float:
-    """Simulated ms of one step of ``group`` under ``assignment`` (see the module docstring)."""
+                     profile_batch: int, coeffs: Sequence[LayerCoeffs] | None = None) -> float:
+    """Simulated ms of one step of ``group`` under ``assignment`` (see the module docstring).
+
+    coeffs: ``layer_coeffs`` of every dim of ``stats`` on ``group``, when the caller has them
+    (they depend on the group only, not on the assignment: the planner's search reuses them).
+    """
     k = len(group)
+    if coeffs is None:
+        coeffs = [layer_coeffs(group, dim, stats.batch, profile_batch) for dim in stats.dims]
     lat = [d.latency_ms for d in group]
     t = [1.5 * d.step_overhead_ms + transfer_ms(stats.batch * stats.image_bytes, d.bandwidth_mbit) for d in group]
     paths = [[0.0 if s == i else lat[s] + lat[i] for s in range(k)] for i in range(k)]
     layers = []
     previous_split = False
-    for dim in stats.dims:
-        co = layer_coeffs(group, dim, stats.batch, profile_batch)
+    for dim, co in zip(stats.dims, coeffs):
         shares = assignment.get(dim.name) if k > 1 else None
         compute = co.compute_ms(shares)
         recv = [r * (co.units - s) for r, s in zip(co.recv_ms_per_unit, shares)] if shares else None
