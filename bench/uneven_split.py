@@ -28,6 +28,7 @@ from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.models import get_model
 from edgemesh_tf.models.plain_tf import PlainModel
 from edgemesh_tf.train.graph import build_train_graph
+from edgemesh_tf.train.loop import restore_or_init
 
 
 def _five_three(size: int) -> tuple[int, int]:
@@ -55,8 +56,7 @@ def plain_step(spec, batch, splits, devices, seed=0):
 def mesh_step(spec, batch, layout, mesh_impl=None):
     g = build_train_graph(spec, layout, batch, learning_rate=0.01, mesh_impl=mesh_impl)
     sess = tf.Session(graph=g.graph, config=session_config(2))
-    sess.run(g.init_op)
-    sess.run(g.copy_masters_to_slices)
+    restore_or_init(sess, g, checkpoint_dir=None)
     return sess, lambda feed: sess.run([g.loss, g.train_op], {g.images: feed[0], g.labels: feed[1]})
 
 

@@ -6,6 +6,7 @@ from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.models.plain_tf import PlainModel
 from edgemesh_tf.train.graph import build_train_graph
+from edgemesh_tf.train.loop import restore_or_init
 
 LR, MOMENTUM, SEED, BATCH = 0.02, 0.9, 3, 32
 
@@ -34,8 +35,7 @@ def run_mesh(spec, layout, batches, fetch_grads=True):
     """Returns (losses per step, {var: gradient at step 0}, {var: weights after the last step})."""
     g = build_train_graph(spec, layout, BATCH, learning_rate=LR, momentum=MOMENTUM, seed=SEED)
     with tf.Session(graph=g.graph, config=session_config(4)) as sess:
-        sess.run(g.init_op)
-        sess.run(g.copy_masters_to_slices)
+        restore_or_init(sess, g, checkpoint_dir=None)
         grads = sess.run(g.gradients, {g.images: batches[0][0], g.labels: batches[0][1]}) if fetch_grads else {}
         losses = [sess.run([g.loss, g.train_op], {g.images: x, g.labels: y})[0] for x, y in batches]
         weights = sess.run(g.weights, {g.images: batches[0][0], g.labels: batches[0][1]})

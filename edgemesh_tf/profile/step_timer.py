@@ -16,6 +16,7 @@ from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models.spec import ModelSpec
 from edgemesh_tf.profile.profiler import read_vm_kb
 from edgemesh_tf.train.graph import build_train_graph
+from edgemesh_tf.train.loop import restore_or_init
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +48,7 @@ class LayoutRunner:
         self.graph = build_train_graph(spec, layout, batch, learning_rate=0.01, seed=seed,
                                        master_device=master_device, container=container)
         self.sess = tf.Session(session_target, graph=self.graph.graph)
-        self.sess.run(self.graph.init_op)
-        self.sess.run(self.graph.copy_masters_to_slices)
+        restore_or_init(self.sess, self.graph, checkpoint_dir=None)
         rng = np.random.RandomState(seed)
         self.feed = {self.graph.images: rng.rand(batch, *spec.image_shape).astype(np.float32),
                      self.graph.labels: rng.randint(0, spec.num_classes, batch).astype(np.int32)}

@@ -7,6 +7,7 @@ from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.models import get_model
 from edgemesh_tf.train.graph import build_train_graph
+from edgemesh_tf.train.loop import restore_or_init
 
 
 @pytest.mark.parametrize("name", ["vgg", "resnet"])
@@ -22,8 +23,7 @@ def test_model_trains_under_uneven_layout(name, shape):
     x = rng.rand(4, *shape).astype(np.float32)
     y = rng.randint(0, 10, 4).astype(np.int32)
     with tf.Session(graph=g.graph, config=session_config(2)) as sess:
-        sess.run(g.init_op)
-        sess.run(g.copy_masters_to_slices)
+        restore_or_init(sess, g, checkpoint_dir=None)
         losses = [sess.run([g.loss, g.train_op], {g.images: x, g.labels: y})[0] for _ in range(3)]
         logits = sess.run(g.logits, {g.images: x, g.labels: y})
     assert logits.shape == (4, 10)

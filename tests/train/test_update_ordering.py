@@ -10,6 +10,7 @@ from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.train.graph import build_train_graph
+from edgemesh_tf.train.loop import restore_or_init
 from tfref import run_plain
 
 LR, MOM, SEED, B, RUNS = 0.05, 0.9, 5, 32, 12
@@ -27,8 +28,7 @@ def test_repeated_runs_update_exactly_like_plain_tf(vgg_digits, digits):
     for _ in range(RUNS):
         g = build_train_graph(vgg_digits, layout, B, learning_rate=LR, momentum=MOM, seed=SEED)
         with tf.Session(graph=g.graph, config=session_config(4)) as sess:
-            sess.run(g.init_op)
-            sess.run(g.copy_masters_to_slices)
+            restore_or_init(sess, g, checkpoint_dir=None)
             for a, b in feeds:
                 sess.run(g.train_op, {g.images: a, g.labels: b})
             got = sess.run(g.weights, {g.images: feeds[0][0], g.labels: feeds[0][1]})
