@@ -7,9 +7,11 @@ Prints a table of layers x devices (filters per device, predicted ms) and writes
 """
 from absl import flags
 
+from edgemesh_tf.models import MODEL_NAMES
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("profile", None, "Profile JSON written by profiling (per device layer ms, memory, links).")
-flags.DEFINE_enum("model", None, ["vgg", "vgg_wide", "resnet"], "Reference model (default: the profile's model).")
+flags.DEFINE_enum("model", None, list(MODEL_NAMES), "Reference model (default: the profile's model).")
 flags.DEFINE_string("out", None, "Write the plan here (YAML); default: only print it.")
 flags.DEFINE_integer("groups", None, "Number of data-parallel groups (default: the best of 1..devices).",
                      lower_bound=1)

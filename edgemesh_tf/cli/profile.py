@@ -9,10 +9,13 @@ import json
 
 from absl import flags
 
+from edgemesh_tf.data import DATASET_NAMES
+from edgemesh_tf.models import MODEL_NAMES
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file (YAML).")
-flags.DEFINE_enum("model", "vgg", ["vgg", "vgg_wide", "resnet"], "Reference model.")
-flags.DEFINE_enum("dataset", "digits", ["digits", "cifar10", "mnist", "synthetic"],
+flags.DEFINE_enum("model", "vgg", list(MODEL_NAMES), "Reference model.")
+flags.DEFINE_enum("dataset", "digits", list(DATASET_NAMES),
                   "Dataset whose image shape the model takes (nothing is loaded).")
 flags.DEFINE_integer("batch", 32, "Examples per device step.", lower_bound=1)
 flags.DEFINE_integer("repeats", 5, "Timed repeats per measurement.", lower_bound=3)

@@ -7,10 +7,13 @@ held-out accuracy.
 """
 from absl import flags
 
+from edgemesh_tf.data import DATASET_NAMES
+from edgemesh_tf.models import MODEL_NAMES
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("layout", "layouts/digits_uneven.yaml", "Layout file (YAML/JSON), see layouts/.")
-flags.DEFINE_enum("model", "vgg", ["vgg", "vgg_wide", "resnet"], "Reference model.")
-flags.DEFINE_enum("dataset", "digits", ["digits", "cifar10", "mnist", "synthetic"], "Dataset.")
+flags.DEFINE_enum("model", "vgg", list(MODEL_NAMES), "Reference model.")
+flags.DEFINE_enum("dataset", "digits", list(DATASET_NAMES), "Dataset.")
 flags.DEFINE_string("data_path", None, "Directory holding the cifar10 / mnist files (nothing is downloaded).")
 flags.DEFINE_integer("steps", 300, "Train until this global step.", lower_bound=1)
 flags.DEFINE_integer("batch_size", 32, "Global batch size (split by the layout's batch sizes).", lower_bound=1)
