@@ -10,14 +10,11 @@ from __future__ import annotations
 import math
 
 from edgemesh_tf.mesh.compat import mtf, tf
-from edgemesh_tf.models.spec import (LINEAR_GAIN, RELU_GAIN, RESIDUAL_GAIN, LayerSpec, ModelSpec, init_seed,
-                                     kernel_stddev)
+from edgemesh_tf.models.spec import LINEAR_GAIN, RELU_GAIN, RESIDUAL_GAIN, LayerSpec, ModelSpec, initializer
 
 
 def _variable(mesh, scope: str, name: str, dims, seed: int, fan_in: int | None, gain: float = RELU_GAIN):
-    full = "%s/%s" % (scope, name)
-    init = (tf.zeros_initializer() if fan_in is None else
-            tf.random_normal_initializer(stddev=kernel_stddev(fan_in, gain), seed=init_seed(seed, full)))
+    init = initializer(tf, seed, "%s/%s" % (scope, name), fan_in, gain)
     with tf.variable_scope(scope, reuse=tf.AUTO_REUSE):
         return mtf.get_variable(mesh, name, mtf.Shape(dims), initializer=init)
 

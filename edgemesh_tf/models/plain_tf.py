@@ -9,7 +9,7 @@ import math
 from typing import Mapping, Sequence
 
 from edgemesh_tf.mesh.compat import tf
-from edgemesh_tf.models.spec import LINEAR_GAIN, RELU_GAIN, RESIDUAL_GAIN, ModelSpec, init_seed, kernel_stddev
+from edgemesh_tf.models.spec import LINEAR_GAIN, RELU_GAIN, RESIDUAL_GAIN, ModelSpec, initializer
 
 
 class PlainModel:
@@ -26,8 +26,7 @@ class PlainModel:
     def _var(self, scope: str, name: str, shape, fan_in: int | None, gain: float = RELU_GAIN):
         full = "%s/%s" % (scope, name)
         if full not in self.variables:
-            init = (tf.zeros_initializer() if fan_in is None else
-                    tf.random_normal_initializer(stddev=kernel_stddev(fan_in, gain), seed=init_seed(self.seed, full)))
+            init = initializer(tf, self.seed, full, fan_in, gain)
             with tf.variable_scope(scope, reuse=tf.AUTO_REUSE):
                 self.variables[full] = tf.get_variable(name, shape, initializer=init)
         return self.variables[full]

@@ -64,3 +64,11 @@ def kernel_stddev(fan_in: int, gain: float) -> float:
 
 
 RELU_GAIN, LINEAR_GAIN, RESIDUAL_GAIN = 2.0, 1.0, 0.1
+
+
+def initializer(tf, seed: int, var_name: str, fan_in: int | None, gain: float = RELU_GAIN):
+    """The TF initializer of variable ``var_name`` ("layer/kernel"): zeros for a bias (``fan_in``
+    None), else normal with ``kernel_stddev`` and a name-derived seed. ``tf`` is tf.compat.v1."""
+    if fan_in is None:
+        return tf.zeros_initializer()
+    return tf.random_normal_initializer(stddev=kernel_stddev(fan_in, gain), seed=init_seed(seed, var_name))
