@@ -219,13 +219,18 @@ def _even(full: int, n: int, mesh_axis) -> list[int]:
 
 # --- lowerings of ops that assume equal slices -------------------------------------------------
 
+def _conv2d_output_slice_shapes(op, mesh_impl) -> list[list[int]]:
+    """Per-processor shapes of a conv2d backprop op's output (transpose and 3d are refused)."""
+    if op._is_transpose or op._conv_dimension != 2:
+        raise ValueError("%s: only conv2d (not transpose/3d) is supported by the uneven lowering" % op.name)
+    return mesh_impl.slice_shapes(op.outputs[0].shape)
+
+
 def _lower_conv_backprop_input(op, lowering):
     mesh_impl = lowering.mesh_impl(op)
     dy, conv_filter = op.inputs
     k = op._num_nonbatch_dims
-    shapes = mesh_impl.slice_shapes(op.outputs[0].shape)
-    if op._is_transpose or op._conv_dimension != 2:
-        raise ValueError("%s: only conv2d (not transpose/3d) is supported by the uneven lowering" % op.name)
+    shapes = _conv2d_output_slice_shapes(op, mesh_impl)
 
     def tf_fn(tf_dy, tf_filter, pnum):
         s = shapes[pnum]
@@ -244,9 +249,7 @@ def _lower_conv_backprop_filter(op, lowering):
     mesh_impl = lowering.mesh_impl(op)
     conv_input, dy = op.inputs
     k = op._num_nonbatch_dims
-    shapes = mesh_impl.slice_shapes(op.outputs[0].shape)
-    if op._is_transpose or op._conv_dimension != 2:
-        raise ValueError("%s: only conv2d (not transpose/3d) is supported by the uneven lowering" % op.name)
+    shapes = _conv2d_output_slice_shapes(op, mesh_impl)
 
     def tf_fn(tf_input, tf_dy, pnum):
         return tf.nn.conv2d_backprop_filter(
