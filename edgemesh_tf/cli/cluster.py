@@ -16,7 +16,8 @@ import time
 
 from absl import flags, logging
 
-from edgemesh_tf.cluster import emulator, spec, state
+from edgemesh_tf.cli import cluster_from_flag
+from edgemesh_tf.cluster import emulator, state
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", None, "Cluster file (YAML), for `up`.")
@@ -35,12 +36,7 @@ def _raise_stop(signum, frame):
 
 
 def _up() -> int:
-    if not FLAGS.cluster:
-        sys.exit("edgemesh cluster up: --cluster FILE is required")
-    try:
-        cluster_file = spec.load_cluster(FLAGS.cluster)
-    except spec.ClusterFileError as e:
-        sys.exit("edgemesh cluster up: %s" % e)
+    cluster_file = cluster_from_flag(FLAGS.cluster, "edgemesh cluster up")
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _raise_stop)
     cluster = None

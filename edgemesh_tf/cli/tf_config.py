@@ -5,11 +5,11 @@
 """
 import json
 import os
-import sys
 
 from absl import flags
 
-from edgemesh_tf.cluster import spec, tf_config
+from edgemesh_tf.cli import cluster_from_flag
+from edgemesh_tf.cluster import tf_config
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", None, "Cluster file (YAML).")
@@ -18,12 +18,7 @@ flags.DEFINE_string("out_dir", None, "Write <device>.json and <device>.sh here (
 
 def main(argv):
     del argv
-    if not FLAGS.cluster:
-        sys.exit("edgemesh tf-config: --cluster FILE is required")
-    try:
-        cluster = spec.load_cluster(FLAGS.cluster)
-    except spec.ClusterFileError as e:
-        sys.exit("edgemesh tf-config: %s" % e)
+    cluster = cluster_from_flag(FLAGS.cluster, "edgemesh tf-config")
     if FLAGS.out_dir:
         os.makedirs(FLAGS.out_dir, exist_ok=True)
     for d in cluster.devices:
