@@ -51,6 +51,13 @@ class EmulatedDevice:
     netns: str | None = None
     cpu_cores: float | None = None
     step_delay_factor: float = 1.0
+    local_address: str | None = None
+
+    @property
+    def local_target(self) -> str:
+        """grpc:// target of the server for a client on the device itself (inside `netns` if set):
+        no emulated link or delay between them."""
+        return "grpc://" + (self.local_address or self.address)
 
     @property
     def target(self) -> str:
@@ -293,7 +300,8 @@ def up(spec: spec_lib.ClusterFile | str, *, network: str = "auto", compute: str 
             cluster.devices[d.name] = EmulatedDevice(
                 name=d.name, role=d.role, task_index=d.task_index, device=d.device_string, address=client[d.name],
                 pid=cluster._procs[d.name].pid, log=_log_path(run.run_dir, d.name), netns=namespaces.get(d.name),
-                cpu_cores=cores.get(d.name), step_delay_factor=factors.get(d.name, 1.0))
+                cpu_cores=cores.get(d.name), step_delay_factor=factors.get(d.name, 1.0),
+                local_address=("127.0.0.1:%d" % d.port) if d.name in namespaces else views[d.name][d.name])
         with open(os.path.join(run.run_dir, "cluster.json"), "w") as f:
             json.dump(cluster.summary(), f, indent=1)
         return cluster

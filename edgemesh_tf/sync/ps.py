@@ -158,30 +158,45 @@ class ParameterServer:
         """W[name].flat[indices] += scale * values (a flat top-k update): only the int64 indices and the
         float32 values cross the network, k * 12 bytes; duplicate indices add up. k: static number of
         entries (taken from the shape of values when known)."""
-        if name not in self.vars:
-            raise KeyError("push_sparse: unknown tensor %r (tensors: %r)" % (name, self.names))
-        shape = self.shapes[name]
-        size = int(np.prod(shape, dtype=np.int64))
         values = tf.convert_to_tensor(values, tf.float32)
         if k is None:
             k = values.shape.num_elements()
             if k is None:
                 raise ValueError("push_sparse: pass k, the static number of entries, for values of shape %s"
                                  % values.shape)
+        push = self.push_sparse_many({name: (indices, values)}, scale, group)
+        return Push(version=push.version, accepted=push.accepted, nbytes=sparse_bytes(k))
+
+    def push_sparse_many(self, updates: Mapping[str, tuple], scale, group: str) -> Push:
+        """One commit of flat top-k updates to several tensors: {name: (indices, values)}, each applied
+        as in `push_sparse`; the ps accepts or rejects the commit as a whole and counts it once.
+        nbytes is -1: the entry counts are only known when the push runs (12 bytes per entry)."""
+        for name in updates:
+            if name not in self.vars:
+                raise KeyError("push_sparse: unknown tensor %r (tensors: %r)" % (name, self.names))
         with tf.name_scope(self.scope + "_push_sparse"), tf.device(self.ps_device):
-            indices = tf.reshape(tf.cast(indices, tf.int64), [-1])
-            scaled = tf.cast(scale, tf.float32) * tf.reshape(values, [-1])
-            in_range = tf.reduce_all(tf.logical_and(indices >= 0, indices < size))
-            ok = tf.logical_and(tf.reduce_all(tf.math.is_finite(scaled)), in_range)
-            safe_idx = tf.where(ok, indices, tf.zeros_like(indices))
-            safe_val = tf.where(ok, scaled, tf.zeros_like(scaled))
-            if shape:
-                nd = tf.transpose(tf.unravel_index(safe_idx, tf.constant(shape, tf.int64)))
-            else:
-                nd = tf.zeros([tf.size(safe_idx), 0], tf.int64)
-            add = tf.scatter_nd_add(self.vars[name], nd, safe_val)
-            version = self._count(group, ok, [add.op])
-        return Push(version=version, accepted=ok, nbytes=sparse_bytes(k))
+            scale = tf.cast(scale, tf.float32)
+            prepared, checks = {}, []
+            for name, (indices, values) in updates.items():
+                size = int(np.prod(self.shapes[name], dtype=np.int64))
+                indices = tf.reshape(tf.cast(indices, tf.int64), [-1])
+                scaled = scale * tf.reshape(tf.convert_to_tensor(values, tf.float32), [-1])
+                checks += [tf.reduce_all(tf.math.is_finite(scaled)),
+                           tf.reduce_all(tf.logical_and(indices >= 0, indices < size))]
+                prepared[name] = (indices, scaled)
+            ok = tf.reduce_all(tf.stack(checks))
+            adds = []
+            for name, (indices, scaled) in prepared.items():
+                shape = self.shapes[name]
+                safe_idx = tf.where(ok, indices, tf.zeros_like(indices))
+                safe_val = tf.where(ok, scaled, tf.zeros_like(scaled))
+                if shape:
+                    nd = tf.transpose(tf.unravel_index(safe_idx, tf.constant(shape, tf.int64)))
+                else:
+                    nd = tf.zeros([tf.size(safe_idx), 0], tf.int64)
+                adds.append(tf.scatter_nd_add(self.vars[name], nd, safe_val).op)
+            version = self._count(group, ok, adds)
+        return Push(version=version, accepted=ok, nbytes=-1)
 
     def counters(self) -> dict[str, tf.Tensor]:
         """{"commits/<group>": int64, ..., "version": int64, "rejected": int64} read on the ps."""

@@ -1,0 +1,66 @@
+"""Checkpoints of the global model and the strategy state: `ckpt-<n>.npz` + `ckpt-<n>.json`.
+
+The weights are whole tensors by name (float32), so a checkpoint restores under any layout; the
+JSON holds the chief's state (phase, controls, counters, elapsed time). Both files are written to
+a temporary name and renamed, the JSON last, so a chief killed mid-write leaves the previous
+checkpoint as the latest. The newest `keep` checkpoints are kept.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from typing import Mapping
+
+import numpy as np
+
+_NAME = re.compile(r"ckpt-(\d+)\.json$")
+
+
+def _numbered(directory: str) -> list[tuple[int, str]]:
+    out = []
+    for path in glob.glob(os.path.join(directory, "ckpt-*.json")):
+        m = _NAME.search(path)
+        if m and os.path.exists(path[:-5] + ".npz"):
+            out.append((int(m.group(1)), path[:-5]))
+    return sorted(out)
+
+
+def save(directory: str, weights: Mapping[str, np.ndarray], state: Mapping, keep: int = 3) -> str:
+    """Writes checkpoint number (latest + 1); returns its path prefix (without extension)."""
+    os.makedirs(directory, exist_ok=True)
+    existing = _numbered(directory)
+    n = existing[-1][0] + 1 if existing else 1
+    prefix = os.path.join(directory, "ckpt-%d" % n)
+    # npz keys cannot hold "/": store names in a parallel list
+    names = sorted(weights)
+    with open(prefix + ".npz.tmp", "wb") as f:
+        np.savez(f, **{"t%d" % i: np.asarray(weights[k], np.float32) for i, k in enumerate(names)})
+    os.replace(prefix + ".npz.tmp", prefix + ".npz")
+    with open(prefix + ".json.tmp", "w") as f:
+        json.dump({"tensors": names, "state": dict(state)}, f, indent=1)
+    os.replace(prefix + ".json.tmp", prefix + ".json")
+    for _, old in existing[:max(0, len(existing) + 1 - keep)]:
+        for ext in (".json", ".npz"):
+            if os.path.exists(old + ext):
+                os.remove(old + ext)
+    return prefix
+
+
+def latest(directory: str) -> str | None:
+    """Path prefix of the newest complete checkpoint in `directory`, or None."""
+    found = _numbered(directory) if os.path.isdir(directory) else []
+    return found[-1][1] if found else None
+
+
+def load(prefix: str) -> tuple[dict[str, np.ndarray], dict]:
+    """(weights by name, state) of the checkpoint at `prefix`. Errors name the file."""
+    try:
+        with open(prefix + ".json") as f:
+            meta = json.load(f)
+        with np.load(prefix + ".npz") as z:
+            weights = {name: z["t%d" % i] for i, name in enumerate(meta["tensors"])}
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError("checkpoint %s is unreadable: %s" % (prefix, e)) from None
+    return weights, meta["state"]

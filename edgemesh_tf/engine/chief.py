@@ -1,0 +1,302 @@
+"""The chief: owns the global model's life cycle, the phases, evaluation, checkpoints and logs.
+
+It initialises the parameter server (from the latest checkpoint under `<logdir>/checkpoints` if
+there is one, with the phase and controls saved there), starts the groups together, then every
+`eval_interval_s` pulls the global model into its own replica, measures held-out accuracy and the
+training loss on a fixed 512-example subset, and drives the strategy: ASHL's profiling -> AHL
+(once every group has profiled) -> SHL (training loss <= shl_loss), ADSP's commit-rate search.
+It stops the job at the target accuracy, the time budget or the step budget.
+
+Records (JSON lines to `<logdir>/chief.jsonl`, and to `emit`): {"event": "eval" | "phase" |
+"checkpoint" | "resume" | "final", ...}; times in s since training began (resumed runs continue
+the count).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Callable
+
+import numpy as np
+
+from edgemesh_tf.data import load_dataset
+from edgemesh_tf.engine import checkpoint, rules
+from edgemesh_tf.engine.config import JobConfig
+from edgemesh_tf.engine.control import CUMULATIVE
+from edgemesh_tf.engine.graph import build_replica_graph
+from edgemesh_tf.engine.summaries import ScalarWriters
+from edgemesh_tf.mesh.compat import tf
+from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.models import get_model
+from edgemesh_tf.sync import adsp, schedule
+
+TICK_S = 0.2
+EVAL_BATCH = 120
+LOSS_SUBSET = 512
+
+
+class Chief:
+    """See the module docstring. check_groups: called every tick, raises if a group process died.
+    emit: receives every record (e.g. the terminal progress printer)."""
+
+    def __init__(self, cfg: JobConfig, target: str, emit: Callable[[dict], None] = lambda rec: None,
+                 check_groups: Callable[[], None] = lambda: None):
+        self.cfg, self.target, self.emit, self.check_groups = cfg, target, emit, check_groups
+        self.sync = cfg.sync
+        self.data = load_dataset(cfg.dataset, cfg.data_path)
+        spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
+        layout = Layout(mesh=(("model", 1),), devices=(cfg.chief_device,))
+        self.g = build_replica_graph(spec, layout, EVAL_BATCH, cfg.group_names, ps_device=cfg.ps_device,
+                                     learning_rate=cfg.learning_rate, momentum=cfg.momentum, seed=cfg.seed,
+                                     group=None, container="chief")
+        rng = np.random.RandomState(cfg.seed)
+        idx = rng.permutation(len(self.data.train_x))[:LOSS_SUBSET]
+        self.loss_x, self.loss_y = self.data.train_x[idx], self.data.train_y[idx]
+        self.ckpt_dir = os.path.join(cfg.logdir, "checkpoints")
+        os.makedirs(cfg.logdir, exist_ok=True)
+        self.log = open(os.path.join(cfg.logdir, "chief.jsonl"), "a")
+        self.tb = ScalarWriters(cfg.logdir, cfg.group_names)
+        self.batch = {g.name: g.batch_size for g in cfg.groups}
+        self.phase = rules.first_phase(self.sync)
+        self.phases = schedule.PhaseController(self.sync.shl_loss)
+        self.controls = rules.initial_controls(self.sync, self.batch)
+        self.offsets = {g: {} for g in cfg.group_names}  # totals of earlier runs (resume)
+        self.elapsed_before = 0.0
+        self.history: list[tuple[float, float, float]] = []  # (elapsed s, accuracy, train loss)
+        self.search = (adsp.CommitRateSearch(self.sync.shl_loss, initial=self.sync.adsp_commits, min_points=3)
+                       if self.sync.strategy == "adsp" else None)
+
+    # -- plumbing --
+
+    def _run(self, sess, fetches, feeds=None):
+        return sess.run(fetches, feeds, options=tf.RunOptions(timeout_in_ms=int(self.cfg.wait_timeout_s * 1000)))
+
+    def _record(self, rec: dict) -> None:
+        self.log.write(json.dumps(rec) + "\n")
+        self.log.flush()
+        self.emit(rec)
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + (time.monotonic() - self.t0)
+
+    def _global(self, sess, stop=False, heartbeat=None):
+        self.g.board.write_global(sess, self.phase, stop, time.time() if heartbeat is None else heartbeat,
+                                  self.cfg.wait_timeout_s)
+
+    def _stats(self, sess) -> tuple[dict, dict]:
+        vals = self._run(sess, {**self.g.board.stats_fetches(), **self.g.counters})
+        return self.g.board.stats_of(vals), vals
+
+    def _totals(self, stats) -> dict[str, dict[str, float]]:
+        return {g: {k: v + (self.offsets[g].get(k, 0.0) if k in CUMULATIVE else 0.0) for k, v in s.items()}
+                for g, s in stats.items()}
+
+    # -- global model --
+
+    def _weights(self, sess) -> dict[str, np.ndarray]:
+        self._run(sess, self.g.pull)
+        return self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()})
+
+    def _evaluate(self, sess) -> tuple[float, float]:
+        """(held-out accuracy, mean training loss on the fixed subset) of the global model."""
+        self._run(sess, self.g.pull)
+        self._run(sess, self.g.train.copy_masters_to_slices)
+        t = self.g.train
+        correct, losses = 0, []
+        for x, y, count in ((self.data.test_x, self.data.test_y, True), (self.loss_x, self.loss_y, False)):
+            for start in range(0, len(x), EVAL_BATCH):
+                xb, yb = x[start:start + EVAL_BATCH], y[start:start + EVAL_BATCH]
+                n = len(xb)
+                if n < EVAL_BATCH:
+                    xb = np.concatenate([xb, xb[:1].repeat(EVAL_BATCH - n, 0)])
+                    yb = np.concatenate([yb, yb[:1].repeat(EVAL_BATCH - n, 0)])
+                logits, loss = self._run(sess, [t.logits, t.loss], {t.images: xb, t.labels: yb})
+                if count:
+                    correct += int(np.sum(np.argmax(logits[:n], 1) == yb[:n]))
+                elif n == EVAL_BATCH:
+                    losses.append(float(loss))
+        return correct / len(self.data.test_x), float(np.mean(losses))
+
+    def _restore(self, sess) -> dict[str, np.ndarray]:
+        prefix = checkpoint.latest(self.ckpt_dir)
+        if prefix is None:
+            self._run(sess, self.g.train.init_op)
+            return self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()})
+        weights, state = checkpoint.load(prefix)
+        self.phase = state["phase"]
+        self.phases = schedule.PhaseController.from_state(state["phase_controller"])
+        self.controls = {g: rules.GroupControl(**c) for g, c in state["controls"].items()}
+        self.offsets = {g: {k: v for k, v in t.items() if k in CUMULATIVE} for g, t in state["totals"].items()}
+        self.elapsed_before = state["elapsed_s"]
+        self.history = [tuple(h) for h in state.get("history", [])]
+        if self.search is not None and state.get("adsp_commits"):
+            self.search.count = int(state["adsp_commits"])
+        self._record({"event": "resume", "checkpoint": prefix, "phase": self.phase,
+                      "elapsed_s": round(self.elapsed_before, 3), "global_steps": state["global_steps"]})
+        return weights
+
+    def _save(self, sess, totals) -> str:
+        state = {"phase": self.phase, "phase_controller": self.phases.state(),
+                 "controls": {g: {f: getattr(c, f) for f in rules.GroupControl.FIELDS} for g, c in self.controls.items()},
+                 "totals": totals, "elapsed_s": self.elapsed(), "history": self.history,
+                 "global_steps": int(sum(t["steps"] for t in totals.values())),
+                 "adsp_commits": self.search.count if self.search else None}
+        prefix = checkpoint.save(self.ckpt_dir, self._weights(sess), state)
+        self._record({"event": "checkpoint", "path": prefix, "t": round(state["elapsed_s"], 3),
+                      "phase": self.phase, "global_steps": state["global_steps"]})
+        return prefix
+
+    # -- strategy --
+
+    def _enter(self, sess, phase: str, why: str) -> None:
+        old, self.phase = self.phase, phase
+        self.g.board.write_controls(sess, self.controls, self.cfg.wait_timeout_s)
+        self._global(sess)
+        self._record({"event": "phase", "from": old, "to": phase, "t": round(self.elapsed(), 3), "why": why,
+                      "controls": {g: c.to_vector() for g, c in self.controls.items()}})
+
+    def _timings(self, stats) -> list[schedule.WorkerTiming]:
+        out = []
+        for g, s in stats.items():
+            pull, push = s["profile_pull_ms"], s["profile_push_ms"]
+            out.append(schedule.WorkerTiming(g, max(1e-3, s["profile_iter_ms"]), pull + push, push, pull))
+        return out
+
+    def _drive(self, sess, stats, accuracy, loss) -> None:
+        if self.sync.strategy == "ashl" and self.phase == "ahl":
+            steps = int(sum(s["steps"] for s in self._totals(stats).values()))
+            if self.phases.observe_loss(loss, steps) == "shl":
+                self.controls = rules.ashl_controls(self.sync, self._timings(stats), "shl", self.controls)
+                self._enter(sess, "shl", "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss))
+        if self.search is not None and len(self.history) >= 3:
+            t, l = zip(*[(h[0], h[2]) for h in self.history])
+            count = self.search.update(t, l)
+            timer = self.sync.adsp_period_s / count
+            if abs(timer - next(iter(self.controls.values())).timer_s) > 1e-9:
+                self.controls = {g: rules.GroupControl(**{**c.__dict__, "timer_s": timer})
+                                 for g, c in self.controls.items()}
+                self.g.board.write_controls(sess, self.controls, self.cfg.wait_timeout_s)
+                self._record({"event": "adsp", "t": round(self.elapsed(), 3), "commits_per_period": count})
+
+    # -- main loop --
+
+    def run(self) -> dict:
+        cfg = self.cfg
+        with tf.Session(self.target, graph=self.g.train.graph, config=tf.ConfigProto(
+                allow_soft_placement=False, device_filters=["/job:ps", "/job:chief"])) as sess:
+            self._run(sess, self.g.local_init)
+            weights = self._restore(sess)
+            self.g.board.initialize(sess, cfg.wait_timeout_s)
+            self.g.board.write_controls(sess, self.controls, cfg.wait_timeout_s)
+            self._global(sess, heartbeat=0.0)
+            self.g.ps.initialize(sess, weights, timeout_s=cfg.wait_timeout_s)
+            self._wait_for_groups(sess)
+            self.t0 = time.monotonic()
+            self._global(sess)
+            final = self._loop(sess)
+            self._global(sess, stop=True)
+            return final
+
+    def _wait_for_groups(self, sess) -> None:
+        deadline = time.monotonic() + self.cfg.wait_timeout_s
+        while True:
+            self.check_groups()
+            stats, _ = self._stats(sess)
+            missing = [g for g, s in stats.items() if s["heartbeat"] <= 0]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError("chief: groups %s did not connect to the parameter server %s within %.0f s"
+                                   % (missing, self.cfg.ps_device, self.cfg.wait_timeout_s))
+            time.sleep(TICK_S)
+
+    def _loop(self, sess) -> dict:
+        cfg = self.cfg
+        next_eval, next_ckpt = 0.0, self.elapsed() + cfg.checkpoint_interval_s
+        reached = None
+        while True:
+            time.sleep(TICK_S)
+            self.check_groups()
+            self._global(sess)
+            stats, vals = self._stats(sess)
+            totals = self._totals(stats)
+            now = self.elapsed()
+            if self.phase == "profiling" and all(s["profiled"] > 0 for s in stats.values()):
+                self.controls = rules.ashl_controls(self.sync, self._timings(stats), "ahl", self.controls)
+                self.phases.start_ahl(int(sum(t["steps"] for t in totals.values())))
+                self._enter(sess, "ahl", "profiled: " + ", ".join(
+                    "%s %.1f ms/iter, push %.1f ms" % (t.name, t.iter_ms, t.push_ms) for t in self._timings(stats)))
+            steps = int(sum(t["steps"] for t in totals.values()))
+            stop_why = None
+            if now >= cfg.time_budget_s:
+                stop_why = "time budget %.0f s" % cfg.time_budget_s
+            elif cfg.max_steps and steps >= cfg.max_steps:
+                stop_why = "step budget %d" % cfg.max_steps
+            if now >= next_eval or stop_why:
+                next_eval = now + cfg.eval_interval_s
+                accuracy, loss = self._evaluate(sess)
+                self.history.append((now, accuracy, loss))
+                self._log_eval(now, accuracy, loss, totals, vals, steps)
+                if cfg.target_accuracy and accuracy >= cfg.target_accuracy and reached is None:
+                    reached = now
+                    stop_why = stop_why or "target accuracy %.3f reached" % cfg.target_accuracy
+                if not stop_why:
+                    self._drive(sess, stats, accuracy, loss)
+            if now >= next_ckpt and not stop_why:
+                next_ckpt = now + cfg.checkpoint_interval_s
+                self._save(sess, totals)
+            if stop_why:
+                self._global(sess, stop=True)
+                prefix = self._save(sess, totals)
+                final = self._final(stop_why, reached, totals, prefix)
+                self._record(final)
+                self.tb.close()
+                return final
+
+    def _log_eval(self, now, accuracy, loss, totals, vals, steps) -> None:
+        dt = now - getattr(self, "_last_t", self.elapsed_before)
+        last = getattr(self, "_last_totals", self.offsets)
+        group_rates = {}
+        for g, t in totals.items():
+            ex = (t["examples"] - last[g].get("examples", 0.0)) / dt if dt > 0 else 0.0
+            group_rates[g] = ex
+            self.tb.scalars(g, {"examples_per_sec": ex, "waiting_s": t["wait_s"], "bytes_sent": t["bytes_sent"],
+                                "bytes_received": t["bytes_received"], "compression_ratio": self.controls[g].ratio,
+                                "local_steps": self.controls[g].local_steps, "loss": stats_loss(t)}, now)
+        self._last_t, self._last_totals = now, totals
+        total_rate = sum(group_rates.values())
+        sent = sum(t["bytes_sent"] for t in totals.values())
+        self.tb.scalars("total", {"accuracy": accuracy, "loss": loss, "phase": rules.PHASES.index(self.phase),
+                                  "examples_per_sec": total_rate, "bytes_sent": sent,
+                                  "bytes_received": sum(t["bytes_received"] for t in totals.values()),
+                                  "waiting_s": sum(t["wait_s"] for t in totals.values())}, now)
+        self.tb.flush()
+        budget_left = self.cfg.time_budget_s - now
+        if self.cfg.max_steps and total_rate > 0:
+            rate = steps / max(now - self.elapsed_before, 1e-9) if now > self.elapsed_before else 0.0
+            if rate > 0:
+                budget_left = min(budget_left, (self.cfg.max_steps - steps) / rate)
+        self._record({"event": "eval", "t": round(now, 3), "phase": self.phase, "accuracy": round(accuracy, 4),
+                      "loss": round(loss, 5), "global_steps": steps, "examples_per_sec": round(total_rate, 1),
+                      "group_examples_per_sec": {g: round(r, 1) for g, r in group_rates.items()},
+                      "bytes_sent": int(sent), "eta_s": round(max(0.0, budget_left), 1),
+                      "version": int(vals["version"])})
+
+    def _final(self, why, reached, totals, prefix) -> dict:
+        acc = self.history[-1][1] if self.history else float("nan")
+        return {"event": "final", "strategy": self.sync.strategy, "why": why, "t": round(self.elapsed(), 3),
+                "accuracy": round(acc, 4), "time_to_target_s": None if reached is None else round(reached, 3),
+                "phase": self.phase, "phase_transitions": self.phases.transitions,
+                "global_steps": int(sum(t["steps"] for t in totals.values())),
+                "bytes_sent": int(sum(t["bytes_sent"] for t in totals.values())),
+                "bytes_received": int(sum(t["bytes_received"] for t in totals.values())),
+                "wait_s": round(sum(t["wait_s"] for t in totals.values()), 3),
+                "groups": totals, "checkpoint": prefix,
+                "curve": [[round(t, 3), round(a, 4)] for t, a, _ in self.history]}
+
+
+def stats_loss(t) -> float:
+    loss = t.get("loss", math.nan)
+    return loss if math.isfinite(loss) else 0.0

@@ -1,0 +1,98 @@
+"""The control board on the parameter server: how the chief steers groups and groups report back.
+
+Small float64 vectors (resource variables on the ps task, shared by name like the global model):
+  control/global  [phase index, stop flag, chief heartbeat (unix s)]    written by the chief
+  control/<g>     GroupControl.to_vector()                              written by the chief
+  stats/<g>       STAT_FIELDS                                           written by group g
+Every process builds the same `ControlBoard` in its own graph. Reads and writes are whole-vector
+assigns, so a reader never sees half of an update.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from edgemesh_tf.engine.rules import PHASES, GroupControl
+from edgemesh_tf.mesh.compat import tf
+
+COLLECTION = "edgemesh_control_board"
+GLOBAL_FIELDS = ("phase", "stop", "heartbeat")
+# Totals since the group process started (s, bytes), except: loss = mean loss of its last round;
+# heartbeat = unix time of the report; profile_* = ASHL's profiling measurements (ms), profiled = 1
+# once they are in; round_s = wall time of its last round.
+CUMULATIVE = ("steps", "examples", "commits", "compute_s", "comm_s", "wait_s", "bytes_sent", "bytes_received")
+STAT_FIELDS = ("steps", "examples", "commits", "compute_s", "comm_s", "wait_s", "bytes_sent", "bytes_received",
+               "loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms", "profiled", "round_s")
+
+
+class ControlBoard:
+    """The control and stats vectors of `groups` on `ps_device` (see the module docstring)."""
+
+    def __init__(self, groups: Sequence[str], ps_device: str, scope: str = "board"):
+        self.groups = list(groups)
+        self.ps_device = ps_device
+        sizes = {"control/global": len(GLOBAL_FIELDS)}
+        for g in self.groups:
+            sizes["control/" + g] = len(GroupControl.FIELDS)
+            sizes["stats/" + g] = len(STAT_FIELDS)
+        self._feeds, self._assigns, self._reads, inits = {}, {}, {}, []
+        with tf.device(ps_device), tf.variable_scope(scope, reuse=tf.AUTO_REUSE):
+            for name, n in sizes.items():
+                var = tf.get_variable(name, shape=[n], dtype=tf.float64, initializer=tf.zeros_initializer(),
+                                      trainable=False, use_resource=True, collections=[COLLECTION])
+                feed = tf.placeholder(tf.float64, [n], name=name.replace("/", "_") + "_value")
+                self._feeds[name] = feed
+                self._assigns[name] = var.assign(feed, read_value=False)
+                self._reads[name] = var.read_value()
+                inits.append(var.initializer)
+        self._init = tf.group(*inits)
+
+    def initialize(self, sess, timeout_s: float) -> None:
+        """Chief only, before the ps raises its ready flag: zeroes every vector."""
+        sess.run(self._init, options=tf.RunOptions(timeout_in_ms=int(timeout_s * 1000)))
+
+    # -- fetches (combine them with other fetches in one sess.run) --
+
+    def control_fetches(self) -> dict:
+        """What a group reads at the start of a round: the global vector and every group's control."""
+        return {n: self._reads[n] for n in self._reads if n.startswith("control/")}
+
+    def stats_fetches(self) -> dict:
+        return {n: self._reads[n] for n in self._reads if n.startswith("stats/")}
+
+    # -- decoding --
+
+    @staticmethod
+    def phase_of(values: Mapping) -> str:
+        return PHASES[int(round(values["control/global"][0]))]
+
+    @staticmethod
+    def stopped(values: Mapping) -> bool:
+        return bool(values["control/global"][1] > 0.5)
+
+    def controls_of(self, values: Mapping) -> dict[str, GroupControl]:
+        return {g: GroupControl.from_vector(values["control/" + g]) for g in self.groups}
+
+    def stats_of(self, values: Mapping) -> dict[str, dict[str, float]]:
+        return {g: dict(zip(STAT_FIELDS, (float(x) for x in values["stats/" + g]))) for g in self.groups}
+
+    # -- writes --
+
+    def write(self, sess, vectors: Mapping[str, Sequence[float]], timeout_s: float) -> None:
+        """Assigns whole vectors, e.g. {"control/global": [...], "control/g0": [...]}."""
+        unknown = set(vectors) - set(self._feeds)
+        if unknown:
+            raise KeyError("control board has no vectors %s" % sorted(unknown))
+        ops = [self._assigns[n] for n in vectors]
+        feeds = {self._feeds[n]: np.asarray(v, np.float64) for n, v in vectors.items()}
+        sess.run(ops, feeds, options=tf.RunOptions(timeout_in_ms=int(timeout_s * 1000)))
+
+    def write_global(self, sess, phase: str, stop: bool, heartbeat: float, timeout_s: float) -> None:
+        self.write(sess, {"control/global": [PHASES.index(phase), float(stop), heartbeat]}, timeout_s)
+
+    def write_controls(self, sess, controls: Mapping[str, GroupControl], timeout_s: float) -> None:
+        self.write(sess, {"control/" + g: c.to_vector() for g, c in controls.items()}, timeout_s)
+
+    def write_stats(self, sess, group: str, stats: Mapping[str, float], timeout_s: float) -> None:
+        self.write(sess, {"stats/" + group: [float(stats.get(f, 0.0)) for f in STAT_FIELDS]}, timeout_s)

@@ -1,0 +1,110 @@
+"""A group's (or the chief's) graph: its model replica under its layout, joined to the parameter
+server and the control board.
+
+    pull      global model (ps) -> the replica's whole (master) variables and the anchors
+    push      delta = master - anchor (+ residual) -> the ps, dense or top-k (`ratio` < 1)
+The replica trains on its slices; `copy_in` / `copy_out` move whole tensors between masters and
+slices around a round (momentum buffers stay the group's own). Bytes: a pull moves
+`ps.pull_bytes`; a dense push `ps.dense_push_bytes`; a top-k push 12 bytes per entry (float32
+value + int64 index), counted when it runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from edgemesh_tf.engine.control import ControlBoard
+from edgemesh_tf.mesh.compat import tf
+from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.sync.compression import TopKCompressor
+from edgemesh_tf.sync.ps import FLOAT_BYTES, INDEX_BYTES, ParameterServer
+from edgemesh_tf.train.graph import TrainGraph, build_train_graph
+
+
+@dataclasses.dataclass
+class ReplicaGraph:
+    """Handles into a replica graph (see the module docstring). ratio / scale: float32 scalar
+    placeholders of a push; push_dense / push_sparse: fetches {"version", "accepted", "bytes"}."""
+
+    train: TrainGraph
+    ps: ParameterServer
+    board: ControlBoard
+    masters: dict
+    pull: tf.Operation
+    ratio: tf.Tensor
+    scale: tf.Tensor
+    push_dense: dict
+    push_sparse: dict
+    local_init: tf.Operation
+    counters: dict
+
+
+def _master_variables(g: TrainGraph) -> dict:
+    by_name = {v.name[:-2]: v for v in g.graph.get_collection(tf.GraphKeys.GLOBAL_VARIABLES)}
+    return {name: by_name[name] for name in g.weights}
+
+
+def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups, *, ps_device: str,
+                        learning_rate: float, momentum: float, seed: int, group: str | None,
+                        error_feedback: bool = True, container: str = "") -> ReplicaGraph:
+    """The replica of `group` (None: the chief's evaluation replica, which never pushes)."""
+    g = build_train_graph(spec, layout, batch_size, learning_rate=learning_rate, momentum=momentum, seed=seed,
+                          master_device=layout.devices[0], container=container)
+    masters = _master_variables(g)
+    device = layout.devices[0]
+    with g.graph.as_default():
+        ps = ParameterServer([(n, tuple(v.shape.as_list())) for n, v in masters.items()], groups, ps_device)
+        board = ControlBoard(groups, ps_device)
+        counters = ps.counters()
+        local = []
+        with tf.container(container), tf.device(device):
+            anchors = {n: tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, use_resource=True,
+                                      collections=[tf.GraphKeys.LOCAL_VARIABLES], name="anchor/" + n)
+                       for n, v in masters.items()}
+            local += list(anchors.values())
+            pulled = ps.pull(device=device)
+            pull = tf.group(*[masters[n].assign(pulled[n], read_value=False) for n in masters],
+                            *[anchors[n].assign(pulled[n], read_value=False) for n in masters], name="pull")
+            ratio = tf.placeholder(tf.float32, [], name="ratio")
+            scale = tf.placeholder(tf.float32, [], name="scale")
+            push_dense = push_sparse = {}
+            if group is not None:
+                comps = {n: TopKCompressor(int(v.shape.num_elements()), device=device,
+                                           name="topk/" + n.replace("/", "_")) for n, v in masters.items()}
+                local += [c.residual for c in comps.values()]
+                deltas = {n: tf.reshape(masters[n].read_value() - anchors[n].read_value(), [-1]) for n in masters}
+                push_dense = _dense(ps, masters, deltas, comps, scale, group, error_feedback)
+                push_sparse = _sparse(ps, deltas, comps, ratio, scale, group, error_feedback)
+        local_init = tf.variables_initializer(local)
+    return ReplicaGraph(train=g, ps=ps, board=board, masters=masters, pull=pull, ratio=ratio, scale=scale,
+                        push_dense=push_dense, push_sparse=push_sparse, local_init=local_init, counters=counters)
+
+
+def _dense(ps, masters, deltas, comps, scale, group, error_feedback) -> dict:
+    """Dense push of delta + residual; the residual is then empty."""
+    if error_feedback:
+        full = {n: tf.reshape(deltas[n] + comps[n].residual.read_value(), masters[n].shape) for n in masters}
+    else:
+        full = {n: tf.reshape(deltas[n], masters[n].shape) for n in masters}
+    push = ps.push_dense(full, scale, group)
+    with tf.control_dependencies([push.version]):
+        clear = [c.residual.assign(tf.zeros_like(c.residual), read_value=False) for c in comps.values()]
+    with tf.control_dependencies(clear):
+        version = tf.identity(push.version)
+    return {"version": version, "accepted": push.accepted, "bytes": tf.constant(push.nbytes, tf.int64)}
+
+
+def _sparse(ps, deltas, comps, ratio, scale, group, error_feedback) -> dict:
+    """Top-k of each tensor's delta (+ residual with error feedback); the rest stays in the residual."""
+    parts, keep = {}, []
+    for n, delta in deltas.items():
+        indices, values, assign = comps[n].compress(delta, ratio)
+        parts[n] = (indices, values)
+        keep.append(assign)
+    if not error_feedback:  # the compressor always adds the residual; without feedback it stays zero
+        keep = []
+    push = ps.push_sparse_many(parts, scale, group)
+    entries = tf.add_n([tf.size(v, out_type=tf.int64) for _, v in parts.values()])
+    with tf.control_dependencies([push.version] + keep):
+        version = tf.identity(push.version)
+    return {"version": version, "accepted": push.accepted, "bytes": entries * (FLOAT_BYTES + INDEX_BYTES)}

@@ -1,0 +1,231 @@
+"""One data-parallel group's client process: rounds of pull, local iterations, push, and waits.
+
+    python -m edgemesh_tf.engine.group --config JOB.json --group 2 --target grpc://127.0.0.1:2302
+
+The process talks to the TF server of its group's first device (`--target`, in the emulator from
+inside that device's network namespace, as a client on the device itself would). It writes one
+JSON line per round to `<logdir>/groups/<name>.jsonl` and its totals to the control board, and
+stops when the chief raises the stop flag, or when the chief's heartbeat is older than the job's
+`wait_timeout_s` (it then exits with an error naming the chief).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from edgemesh_tf.data import batches, load_dataset
+from edgemesh_tf.engine import rules
+from edgemesh_tf.engine.config import JobConfig
+from edgemesh_tf.engine.control import CUMULATIVE
+from edgemesh_tf.engine.graph import ReplicaGraph, build_replica_graph
+from edgemesh_tf.mesh.compat import tf
+from edgemesh_tf.mesh.layout import layout_from_dict
+from edgemesh_tf.models import get_model
+
+POLL_S = 0.005
+PROFILE_ROUNDS = 2
+
+
+class ChiefLost(RuntimeError):
+    pass
+
+
+class GroupRunner:
+    """Runs group `index` of `cfg` against the server at `target` (see the module docstring).
+    step_delay_factor: > 1 sleeps (factor - 1) x the step time after each local iteration (the
+    emulator's fallback when it cannot limit CPU)."""
+
+    def __init__(self, cfg: JobConfig, index: int, target: str, step_delay_factor: float = 1.0):
+        self.cfg, self.index, self.target = cfg, index, target
+        self.spec_g = cfg.groups[index]
+        self.name = self.spec_g.name
+        self.delay = max(1.0, step_delay_factor)
+        self.timeout_ms = int(cfg.wait_timeout_s * 1000)
+        self.data = load_dataset(cfg.dataset, cfg.data_path)
+        layout = layout_from_dict(self.spec_g.layout, source="group %s" % self.name)
+        spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
+        self.g: ReplicaGraph = build_replica_graph(
+            spec, layout, self.spec_g.batch_size, cfg.group_names, ps_device=cfg.ps_device,
+            learning_rate=cfg.learning_rate, momentum=cfg.momentum, seed=cfg.seed, group=self.name,
+            error_feedback=cfg.sync.error_feedback, container="group_" + self.name)
+        self.devices = sorted({"/job:ps"} | set(layout.devices))
+        self.totals = {f: 0.0 for f in CUMULATIVE}
+        self.profile, self._prof_steps, self._prof_comm = {}, [], []
+        self._share, self._stream, self._round = None, None, 0
+        os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
+        self.log = open(os.path.join(cfg.logdir, "groups", self.name + ".jsonl"), "a")
+
+    def _run(self, sess, fetches, feeds=None):
+        return sess.run(fetches, feeds, options=tf.RunOptions(timeout_in_ms=self.timeout_ms))
+
+    def _read(self, sess) -> dict:
+        vals = self._run(sess, {**self.g.board.control_fetches(), **self.g.counters})
+        heartbeat = vals["control/global"][2]
+        if heartbeat > 0 and time.time() - heartbeat > self.cfg.wait_timeout_s:
+            raise ChiefLost("group %s: the chief's heartbeat on %s is %.0f s old (limit %.0f s); stopping"
+                            % (self.name, self.cfg.ps_device, time.time() - heartbeat, self.cfg.wait_timeout_s))
+        return vals
+
+    def _commits(self, vals) -> dict[str, int]:
+        return {g: int(vals["commits/" + g]) for g in self.cfg.group_names}
+
+    def _wait(self, sess, passed, what: str) -> tuple[float, dict]:
+        """Polls the board until passed(vals); returns (seconds waited, last vals)."""
+        start = time.monotonic()
+        while True:
+            vals = self._read(sess)
+            if self.g.board.stopped(vals) or passed(vals):
+                return time.monotonic() - start, vals
+            if time.monotonic() - start > self.cfg.wait_timeout_s:
+                raise TimeoutError("group %s: waited %.0f s for %s (commits %s)" % (
+                    self.name, self.cfg.wait_timeout_s, what, self._commits(vals)))
+            time.sleep(POLL_S)
+
+    def _batches(self, controls):
+        share = {g: c.share for g, c in controls.items()}
+        if share != self._share:
+            self._share = share
+            n = len(self.data.train_x)
+            begin, end = rules.shard_range(share, self.name, n)
+            x, y = self.data.train_x[begin:end], self.data.train_y[begin:end]
+            b = min(self.spec_g.batch_size, len(x))
+            reps = -(-self.spec_g.batch_size // b)  # a tiny shard is repeated to fill a batch
+            stream = batches(np.concatenate([x] * reps), np.concatenate([y] * reps), self.spec_g.batch_size,
+                             self.cfg.seed * 1000 + self.index)
+            self._stream = stream
+        return self._stream
+
+    def _train_steps(self, sess, rule, stream) -> tuple[int, list[float], list[float]]:
+        """Local iterations of one round; returns (count, losses, step seconds)."""
+        g = self.g.train
+        losses, times = [], []
+        start = time.monotonic()
+        while True:
+            xb, yb = next(stream)
+            t0 = time.monotonic()
+            loss, _ = self._run(sess, [g.loss, g.train_op], {g.images: xb, g.labels: yb})
+            dt = time.monotonic() - t0
+            if self.delay > 1.0:
+                time.sleep((self.delay - 1.0) * dt)
+            times.append(time.monotonic() - t0)
+            losses.append(float(loss))
+            if rule.local_steps > 0 and len(times) >= rule.local_steps:
+                break
+            if rule.local_steps == 0 and time.monotonic() - start >= rule.timer_s:
+                break
+        return len(times), losses, times
+
+    def run(self) -> dict:
+        cfg = self.cfg
+        config = tf.ConfigProto(allow_soft_placement=False, device_filters=self.devices)
+        tf.Session.reset(self.target, ["group_" + self.name])
+        with tf.Session(self.target, graph=self.g.train.graph, config=config) as sess:
+            self._run(sess, [self.g.train.init_op, self.g.local_init])
+            self.g.ps.wait_until_initialized(sess, timeout_s=cfg.wait_timeout_s)
+            self._report(sess, loss=float("nan"))
+            self._wait(sess, self._go, "the chief's start signal")
+            while True:
+                vals = self._read(sess)
+                if self.g.board.stopped(vals):
+                    break
+                self._one_round(sess, vals)
+        self.log.close()
+        return self.totals
+
+    @staticmethod
+    def _go(vals) -> bool:
+        return vals["control/global"][2] > 0
+
+    def _one_round(self, sess, vals):
+        board = self.g.board
+        phase = board.phase_of(vals)
+        controls = board.controls_of(vals)
+        rule = rules.round_rule(self.cfg.sync, phase, controls[self.name])
+        t_start = time.time()
+        own = self._commits(vals)[self.name]
+        waited = 0.0
+        if rule.wait == "staleness":
+            waited, vals = self._wait(sess, lambda v: rules.staleness_passed(
+                own, rule.bound, self._commits(v), board.controls_of(v)), "the slowest group (staleness bound)")
+        seen = self._commits(vals)
+        t0 = time.monotonic()
+        self._run(sess, self.g.pull)
+        self._run(sess, self.g.train.copy_masters_to_slices)
+        pull_s = time.monotonic() - t0
+        n, losses, step_s = self._train_steps(sess, rule, self._batches(controls))
+        t1 = time.monotonic()
+        self._run(sess, self.g.train.copy_slices_to_masters)
+        push = self.g.push_dense if rule.ratio >= 1.0 else self.g.push_sparse
+        out = self._run(sess, push, {self.g.ratio: min(1.0, rule.ratio), self.g.scale: rule.scale})
+        push_s = time.monotonic() - t1
+        own_after = own + int(bool(out["accepted"]))
+        if rule.wait == "barrier":
+            w, _ = self._wait(sess, lambda v: rules.barrier_passed(own_after, self._commits(v), board.controls_of(v)),
+                              "every live group's commit %d (barrier)" % own_after)
+            waited += w
+        t = self.totals
+        t["steps"] += n
+        t["examples"] += n * self.spec_g.batch_size
+        t["commits"] += 1
+        t["compute_s"] += sum(step_s)
+        t["comm_s"] += pull_s + push_s
+        t["wait_s"] += waited
+        t["bytes_sent"] += int(out["bytes"])
+        t["bytes_received"] += self.g.ps.pull_bytes
+        if phase == "profiling" and not self.profile:
+            self._profile_update(step_s, pull_s, push_s)
+        self._round += 1
+        rec = {"round": self._round, "phase": phase, "t_start": t_start, "t_end": time.time(),
+               "commits_before": own, "commits_seen": seen, "bound": rule.bound, "wait": rule.wait,
+               "steps": n, "loss": statistics.fmean(losses), "ratio": rule.ratio, "bytes": int(out["bytes"]),
+               "accepted": bool(out["accepted"]), "version": int(out["version"]), "wait_s": round(waited, 4)}
+        self.log.write(json.dumps(rec) + "\n")
+        self.log.flush()
+        self._report(sess, loss=rec["loss"], round_s=time.time() - t_start)
+
+    def _profile_update(self, step_s, pull_s, push_s):
+        """ASHL's profiling pre-training: after PROFILE_ROUNDS rounds, the median iteration (the
+        first one, which builds the step's graph on the servers, left out) and the fastest pull and
+        push (the first ones also register their graphs)."""
+        self._prof_steps += list(step_s)
+        self._prof_comm.append((pull_s, push_s))
+        if len(self._prof_comm) >= PROFILE_ROUNDS:
+            self.profile = {
+                "profile_iter_ms": 1000 * statistics.median(self._prof_steps[1:]),
+                "profile_pull_ms": 1000 * min(p for p, _ in self._prof_comm),
+                "profile_push_ms": 1000 * min(p for _, p in self._prof_comm),
+                "profiled": 1.0}
+
+    def _report(self, sess, loss: float, round_s: float = 0.0):
+        self.g.board.write_stats(sess, self.name, {**self.totals, **self.profile, "loss": loss,
+                                                   "heartbeat": time.time(), "round_s": round_s},
+                                 self.cfg.wait_timeout_s)
+
+
+def main(argv=None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(description="One group's client process of a hybrid training job.")
+    p.add_argument("--config", required=True, help="JobConfig JSON file written by the chief")
+    p.add_argument("--group", type=int, required=True, help="index of the group in the config")
+    p.add_argument("--target", required=True, help="grpc:// address of the group's first device")
+    p.add_argument("--step_delay_factor", type=float, default=1.0)
+    a = p.parse_args(argv)
+    with open(a.config) as f:
+        cfg = JobConfig.from_dict(json.load(f))
+    name = cfg.groups[a.group].name
+    try:
+        totals = GroupRunner(cfg, a.group, a.target, a.step_delay_factor).run()
+    except (ChiefLost, TimeoutError, tf.errors.OpError) as e:
+        print("group %s: %s" % (name, getattr(e, "message", None) or e), file=sys.stderr, flush=True)
+        return 1
+    print(json.dumps({"group": name, **totals}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

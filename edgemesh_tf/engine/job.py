@@ -1,0 +1,139 @@
+"""Launching a hybrid job: the testbed (or real servers), one client process per group, the chief.
+
+    final = run_job(cfg, load_cluster("layouts/edge4.yaml"), emulate=True)
+
+Each group's client runs `python -m edgemesh_tf.engine.group` against its first device's server;
+under the emulator it runs inside that device's network namespace, as a client on the device
+would. Group processes die with the launcher (PR_SET_PDEATHSIG) and are stopped by their pid when
+the job ends; their output goes to `<logdir>/groups/<name>.log`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from edgemesh_tf.cluster import procs
+from edgemesh_tf.cluster.spec import ClusterFile
+from edgemesh_tf.engine.chief import Chief
+from edgemesh_tf.engine.config import GroupSpec, JobConfig
+from edgemesh_tf.mesh.layout import Layout
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def default_groups(cluster: ClusterFile, batch_size: int) -> tuple[GroupSpec, ...]:
+    """One single-device group per worker of the cluster (pure data parallelism)."""
+    return tuple(GroupSpec(w.name, Layout(mesh=(("model", 1),), devices=(w.device_string,)).to_dict(), batch_size)
+                 for w in cluster.workers)
+
+
+def groups_of_plan(cluster: ClusterFile, plan, path: str, batch_size: int) -> tuple[GroupSpec, ...]:
+    """The groups of a loaded plan file, named after their devices; errors name the file and device."""
+    by_device = {d.device_string: d.name for d in cluster.devices}
+    out = []
+    for j, g in enumerate(plan.groups):
+        unknown = [d for d in g.layout.devices if d not in by_device]
+        if unknown:
+            raise ValueError("%s: group %d uses devices %s that cluster %s does not have; expected some of %s"
+                             % (path, j, unknown, cluster.path, sorted(by_device)))
+        name = "-".join(by_device[d] for d in dict.fromkeys(g.layout.devices))
+        out.append(GroupSpec(name, g.layout.to_dict(), g.batch or batch_size))
+    return tuple(out)
+
+
+class GroupProcesses:
+    """The running group clients; `check()` raises naming a group whose process died."""
+
+    def __init__(self, cfg: JobConfig, launch: dict[str, tuple[str | None, str, float]]):
+        self.cfg = cfg
+        os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
+        config_path = os.path.join(cfg.logdir, "job.json")
+        with open(config_path, "w") as f:
+            json.dump(cfg.to_dict(), f, indent=1)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = _REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.pop("TF_CONFIG", None)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, str] = {}
+        for j, g in enumerate(cfg.groups):
+            netns, target, delay = launch[g.name]
+            cmd = [sys.executable, "-m", "edgemesh_tf.engine.group", "--config", config_path, "--group", str(j),
+                   "--target", target, "--step_delay_factor", str(delay)]
+            if netns:
+                cmd = ["ip", "netns", "exec", netns] + cmd
+            self.logs[g.name] = os.path.join(cfg.logdir, "groups", g.name + ".log")
+            with open(self.logs[g.name], "a") as log:
+                self.procs[g.name] = procs.spawn(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def check(self) -> None:
+        for name, p in self.procs.items():
+            if p.poll() is not None:
+                raise RuntimeError("group %s (pid %d) exited with code %s during training; see %s:\n%s"
+                                   % (name, p.pid, p.returncode, self.logs[name], _tail(self.logs[name])))
+
+    def stop(self, timeout_s: float) -> dict[str, int | None]:
+        """Waits for the groups to leave after the stop flag, then terminates the rest (by pid)."""
+        deadline = time.monotonic() + timeout_s
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in self.procs.values():
+            if p.poll() is None:
+                procs.terminate(p, 5.0)
+        return {n: p.returncode for n, p in self.procs.items()}
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    try:
+        with open(path) as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def _servers(cluster: ClusterFile, emulate: bool, up_kwargs: dict):
+    """Yields (chief target, {device name: (netns, local target, step delay factor)}, summary)."""
+    if emulate:
+        from edgemesh_tf.cluster.emulator import emulated_cluster
+        with emulated_cluster(cluster, **up_kwargs) as em:
+            yield em.session_target, {n: (d.netns, d.local_target, d.step_delay_factor)
+                                      for n, d in em.devices.items()}, {"network": em.network, "compute": em.compute}
+    else:
+        yield ("grpc://" + cluster.master.address, {d.name: (None, "grpc://" + d.address, 1.0) for d in cluster.devices},
+               {"network": "real", "compute": "real"})
+
+
+def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
+            emit: Callable[[dict], None] = lambda rec: None, up_kwargs: dict | None = None) -> dict:
+    """Runs the job to its stop condition; returns the chief's final record (plus group exit codes)."""
+    by_device = {d.device_string: d.name for d in cluster.devices}
+    with _servers(cluster, emulate, up_kwargs or {}) as (target, devices, testbed):
+        emit({"event": "testbed", **testbed})
+        launch = {g.name: devices[by_device[g.layout["devices"][0]]] for g in cfg.groups}
+        groups = GroupProcesses(cfg, launch)
+        try:
+            final = Chief(cfg, target, emit=emit, check_groups=groups.check).run()
+        finally:
+            codes = groups.stop(cfg.wait_timeout_s)
+        final["group_exit_codes"] = codes
+        final["testbed"] = testbed
+        return final
+
+
+def job_config(cluster: ClusterFile, groups, **kwargs) -> JobConfig:
+    """A JobConfig whose parameter server and chief are the cluster's; errors name the cluster file."""
+    ps = [d for d in cluster.devices if d.role == "ps"]
+    if not ps:
+        raise ValueError("cluster %s has no device with role ps; hybrid training keeps the global model on a "
+                         "parameter server" % cluster.path)
+    return JobConfig(groups=tuple(groups), ps_device=ps[0].device_string, chief_device=cluster.master.device_string,
+                     **kwargs)

@@ -1,0 +1,149 @@
+"""What each strategy does, as plain data: the chief's per-group controls and a group's round rule.
+
+A group trains in rounds: pull the global model, run local iterations, push the update
+(``W += scale * delta`` on the parameter server), then possibly wait. The chief decides each
+group's `GroupControl` (written to the parameter server); each group turns the control and the
+phase into a `RoundRule` at the start of every round. No TensorFlow here.
+
+    strategy   local iterations/commit      waits                            push scale
+    bsp        1                            barrier after every commit       batch share
+    asp        1                            never                            batch share
+    ssp        1                            while > s commits ahead          batch share
+    local_sgd  H (local_steps)              barrier after every commit       batch share
+    adsp       as many as fit in the timer  never (timer = period/commits)   batch share
+    ashl       profiling: profile_steps,    SHL: while > s commits ahead     D_i = H_i / sum H
+               AHL: H_i^AHL,
+               SHL: H_i^SHL
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+from edgemesh_tf.engine.config import SyncConfig
+from edgemesh_tf.sync import schedule
+
+PHASES = ("profiling", "ahl", "shl", "train")  # "train": the single phase of non-ASHL strategies
+WAITS = ("none", "barrier", "staleness")
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupControl:
+    """The chief's instructions to one group.
+
+    local_steps: iterations per commit (0: commit on the timer instead); ratio: top-k ratio of the
+    push (1 = dense); scale: weight of the group's update on the server; timer_s: ADSP's commit
+    interval (s); share: the group's fraction of the training set; lost: the chief stopped counting
+    this group in barriers and staleness gates.
+    """
+
+    local_steps: int
+    ratio: float
+    scale: float
+    timer_s: float = 0.0
+    share: float = 0.0
+    lost: bool = False
+
+    FIELDS = ("local_steps", "ratio", "scale", "timer_s", "share", "lost")
+
+    def to_vector(self) -> list[float]:
+        return [float(getattr(self, f)) for f in self.FIELDS]
+
+    @classmethod
+    def from_vector(cls, v: Sequence[float]) -> "GroupControl":
+        return cls(local_steps=int(round(v[0])), ratio=float(v[1]), scale=float(v[2]), timer_s=float(v[3]),
+                   share=float(v[4]), lost=bool(v[5] > 0.5))
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundRule:
+    """One round of a group. local_steps: iterations before the commit (0: until timer_s has passed
+    since the round began); wait: "none", "barrier" (after the push, until every live group has
+    pushed as often) or "staleness" (before the round, while more than `bound` commits ahead)."""
+
+    local_steps: int
+    timer_s: float
+    wait: str
+    bound: int
+    ratio: float
+    scale: float
+
+
+def first_phase(sync: SyncConfig) -> str:
+    return "profiling" if sync.strategy == "ashl" else "train"
+
+
+def batch_shares(batch_sizes: Mapping[str, int]) -> dict[str, float]:
+    total = sum(batch_sizes.values())
+    return {g: b / total for g, b in batch_sizes.items()}
+
+
+def initial_controls(sync: SyncConfig, batch_sizes: Mapping[str, int]) -> dict[str, GroupControl]:
+    """Controls before any measurement: ASHL profiles with `profile_steps` iterations per dense commit."""
+    shares = batch_shares(batch_sizes)
+    ratio = sync.ratio if sync.compression == "fixed" else 1.0
+    steps = {"local_sgd": sync.local_steps, "adsp": 0, "ashl": sync.profile_steps}.get(sync.strategy, 1)
+    timer = sync.adsp_period_s / sync.adsp_commits if sync.strategy == "adsp" else 0.0
+    return {g: GroupControl(local_steps=steps, ratio=ratio, scale=shares[g], timer_s=timer, share=shares[g])
+            for g in batch_sizes}
+
+
+def ashl_controls(sync: SyncConfig, timings: Sequence[schedule.WorkerTiming], phase: str,
+                  previous: Mapping[str, GroupControl]) -> dict[str, GroupControl]:
+    """ASHL's H_i, D_i and R_i for `phase` ("ahl" or "shl") from the groups' measured timings (ms)."""
+    preset = sync.ahl_h_preset if phase == "ahl" else sync.shl_h_preset
+    h = schedule.local_iterations(timings, preset)
+    shares = schedule.data_shares(h)
+    if sync.compression == "ashl":
+        ratios = schedule.compression_ratios(timings, h, r_min=sync.min_ratio)
+    else:
+        ratios = {t.name: (sync.ratio if sync.compression == "fixed" else 1.0) for t in timings}
+    return {t.name: dataclasses.replace(previous[t.name], local_steps=h[t.name], ratio=ratios[t.name],
+                                        scale=shares[t.name], share=shares[t.name]) for t in timings}
+
+
+def round_rule(sync: SyncConfig, phase: str, control: GroupControl) -> RoundRule:
+    """The rule a group follows for its next round."""
+    if phase not in PHASES:
+        raise ValueError("unknown phase %r; expected one of %s" % (phase, PHASES))
+    wait, bound = "none", 0
+    if sync.strategy in ("bsp", "local_sgd"):
+        wait = "barrier"
+    elif sync.strategy == "ssp" or (sync.strategy == "ashl" and phase == "shl"):
+        wait, bound = "staleness", sync.staleness
+    return RoundRule(local_steps=control.local_steps, timer_s=control.timer_s, wait=wait, bound=bound,
+                     ratio=control.ratio, scale=control.scale)
+
+
+def live_counts(commits: Mapping[str, int], controls: Mapping[str, GroupControl]) -> dict[str, int]:
+    """Commit counts of the groups the chief has not declared lost (the ones gates wait for)."""
+    return {g: c for g, c in commits.items() if not controls[g].lost}
+
+
+def barrier_passed(own_commits: int, commits: Mapping[str, int], controls: Mapping[str, GroupControl]) -> bool:
+    """BSP / Local SGD: every live group has committed at least as often as this one."""
+    live = live_counts(commits, controls)
+    return not live or min(live.values()) >= own_commits
+
+
+def staleness_passed(own_commits: int, bound: int, commits: Mapping[str, int],
+                     controls: Mapping[str, GroupControl]) -> bool:
+    """SSP / SHL: this group may start a round while it is at most `bound` commits ahead of the
+    slowest live group."""
+    live = live_counts(commits, controls)
+    return not live or schedule.StalenessGate(bound).may_commit(own_commits, live)
+
+
+def shard_range(shares: Mapping[str, float], group: str, n: int) -> tuple[int, int]:
+    """[begin, end) of `group`'s contiguous shard of n training examples (groups in the mapping's
+    order, boundaries rounded; every group gets at least one example)."""
+    names = list(shares)
+    total = sum(shares.values())
+    bounds = [0]
+    acc = 0.0
+    for g in names:
+        acc += shares[g] / total
+        bounds.append(int(round(acc * n)))
+    i = names.index(group)
+    begin, end = bounds[i], max(bounds[i + 1], bounds[i] + 1)
+    return min(begin, n - 1), min(end, n)
