@@ -32,7 +32,7 @@ from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.sync import adsp, schedule
 
-TICK_S = 0.2
+TICK_S = 0.1
 EVAL_BATCH = 120
 LOSS_SUBSET = 512
 
@@ -64,6 +64,7 @@ class Chief:
         self.controls = rules.initial_controls(self.sync, self.batch)
         self.offsets = {g: {} for g in cfg.group_names}  # totals of earlier runs (resume)
         self.elapsed_before = 0.0
+        self._plan_totals, self._plan_t = {}, 0.0
         self.history: list[tuple[float, float, float]] = []  # (elapsed s, accuracy, train loss)
         self.search = (adsp.CommitRateSearch(self.sync.shl_loss, initial=self.sync.adsp_commits, min_points=3)
                        if self.sync.strategy == "adsp" else None)
@@ -158,18 +159,52 @@ class Chief:
                       "controls": {g: c.to_vector() for g, c in self.controls.items()}})
 
     def _timings(self, stats) -> list[schedule.WorkerTiming]:
+        """The groups' profiling measurements (ms), pushes dense."""
+        return [schedule.WorkerTiming(g, max(1e-3, s["profile_iter_ms"]), s["profile_pull_ms"] + s["profile_push_ms"],
+                                      s["profile_push_ms"], s["profile_pull_ms"]) for g, s in stats.items()]
+
+    def _live_timings(self, stats, totals) -> list[schedule.WorkerTiming] | None:
+        """Timings measured over the rounds since the last plan (None until every group has
+        committed in that window). A compressed push's full-size time is the profiled one."""
         out = []
-        for g, s in stats.items():
-            pull, push = s["profile_pull_ms"], s["profile_push_ms"]
-            out.append(schedule.WorkerTiming(g, max(1e-3, s["profile_iter_ms"]), pull + push, push, pull))
+        for g, t in totals.items():
+            base = self._plan_totals.get(g, {})
+            d = {k: t[k] - base.get(k, 0.0) for k in CUMULATIVE}
+            if d["steps"] < 1 or d["commits"] < 1:
+                return None
+            pull_ms = 1000 * d["pull_s"] / d["commits"]
+            push_ms = 1000 * d["push_s"] / d["commits"]
+            if d["bytes_sent"] / d["commits"] < self.g.ps.dense_push_bytes:
+                push_ms = stats[g]["profile_push_ms"]
+            out.append(schedule.WorkerTiming(g, 1000 * d["compute_s"] / d["steps"], pull_ms + push_ms, push_ms,
+                                             pull_ms))
         return out
 
-    def _drive(self, sess, stats, accuracy, loss) -> None:
-        if self.sync.strategy == "ashl" and self.phase == "ahl":
-            steps = int(sum(s["steps"] for s in self._totals(stats).values()))
-            if self.phases.observe_loss(loss, steps) == "shl":
-                self.controls = rules.ashl_controls(self.sync, self._timings(stats), "shl", self.controls)
-                self._enter(sess, "shl", "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss))
+    def _plan(self, sess, phase: str, timings, totals, why: str) -> None:
+        """ASHL: new H_i, D_i, R_i for `phase` from `timings`; enters `phase` (or re-plans it)."""
+        self.controls = rules.ashl_controls(self.sync, timings, phase, self.controls)
+        self._plan_totals, self._plan_t = totals, self.elapsed()
+        why += "; " + ", ".join("%s %.1f ms/iter, pull %.0f ms, push %.0f ms -> H %d, R %.3g" % (
+            t.name, t.iter_ms, t.other_ms, t.push_ms, self.controls[t.name].local_steps, self.controls[t.name].ratio)
+            for t in timings)
+        if phase != self.phase:
+            if phase == "shl":  # SHL's staleness counts the commits made in SHL, not the lead from AHL
+                self.g.ps.reset_counters(sess, self.cfg.wait_timeout_s)
+            self._enter(sess, phase, why)
+        else:
+            self.g.board.write_controls(sess, self.controls, self.cfg.wait_timeout_s)
+            self._record({"event": "replan", "phase": phase, "t": round(self.elapsed(), 3), "why": why})
+
+    def _drive(self, sess, stats, totals, accuracy, loss) -> None:
+        if self.sync.strategy == "ashl" and self.phase in ("ahl", "shl"):
+            steps = int(sum(t["steps"] for t in totals.values()))
+            live = self._live_timings(stats, totals)
+            if self.phase == "ahl" and self.phases.observe_loss(loss, steps) == "shl":
+                self._plan(sess, "shl", live or self._timings(stats), totals,
+                           "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss))
+            elif live and self.elapsed() - self._plan_t >= self.sync.replan_interval_s:
+                self._plan(sess, self.phase, live, totals, "re-plan from the last %.0f s"
+                           % (self.elapsed() - self._plan_t))
         if self.search is not None and len(self.history) >= 3:
             t, l = zip(*[(h[0], h[2]) for h in self.history])
             count = self.search.update(t, l)
@@ -193,6 +228,7 @@ class Chief:
             self._global(sess, heartbeat=0.0)
             self.g.ps.initialize(sess, weights, timeout_s=cfg.wait_timeout_s)
             self._wait_for_groups(sess)
+            self.g.ps.reset_counters(sess, cfg.wait_timeout_s)
             self.t0 = time.monotonic()
             self._global(sess)
             final = self._loop(sess)
@@ -224,10 +260,8 @@ class Chief:
             totals = self._totals(stats)
             now = self.elapsed()
             if self.phase == "profiling" and all(s["profiled"] > 0 for s in stats.values()):
-                self.controls = rules.ashl_controls(self.sync, self._timings(stats), "ahl", self.controls)
                 self.phases.start_ahl(int(sum(t["steps"] for t in totals.values())))
-                self._enter(sess, "ahl", "profiled: " + ", ".join(
-                    "%s %.1f ms/iter, push %.1f ms" % (t.name, t.iter_ms, t.push_ms) for t in self._timings(stats)))
+                self._plan(sess, "ahl", self._timings(stats), totals, "profiled")
             steps = int(sum(t["steps"] for t in totals.values()))
             stop_why = None
             if now >= cfg.time_budget_s:
@@ -243,7 +277,7 @@ class Chief:
                     reached = now
                     stop_why = stop_why or "target accuracy %.3f reached" % cfg.target_accuracy
                 if not stop_why:
-                    self._drive(sess, stats, accuracy, loss)
+                    self._drive(sess, stats, totals, accuracy, loss)
             if now >= next_ckpt and not stop_why:
                 next_ckpt = now + cfg.checkpoint_interval_s
                 self._save(sess, totals)

@@ -29,13 +29,15 @@ class SyncConfig:
     ahl_h_preset / shl_h_preset: ASHL's local iterations of the slowest group per commit in AHL (8)
       and SHL (2); faster groups get more (schedule.local_iterations).
     shl_loss: ASHL switches AHL -> SHL once the global training loss is <= this.
-    profile_steps: ASHL's profiling pre-training: local iterations per commit in its two timed
-      rounds (5).
+    profile_steps: ASHL's profiling pre-training: local iterations of the timed round (5).
     adsp_period_s / adsp_commits: ADSP's scheduling period and initial commits per period; the
       commit count is then searched online from the fitted loss curve.
-    compression: "none" (dense pushes), "fixed" (top-k at `ratio`) or "ashl" (ASHL's per-group
-      ratio from the measured push time, at least `min_ratio`). Default: "ashl" for ashl, else "none".
+    compression: "none" (dense pushes), "fixed" (top-k at `ratio`) or "ashl" (per-group ratio that
+      fits the link: the push takes at most `push_budget` of the round's compute, ratio at least
+      `min_ratio`; schedule.link_ratios). Default: "ashl" for ashl, else "none".
     error_feedback: keep what top-k dropped and add it to the next update.
+    replan_interval_s: ASHL re-plans H_i, D_i and R_i from the rounds measured since the last plan
+      this often (and at the switch to SHL).
     """
 
     strategy: str = "ashl"
@@ -43,13 +45,15 @@ class SyncConfig:
     local_steps: int = 8
     ahl_h_preset: int = 8
     shl_h_preset: int = 2
-    shl_loss: float = 0.35
+    shl_loss: float = 0.15
     profile_steps: int = 5
     adsp_period_s: float = 6.0
     adsp_commits: int = 6
     compression: str | None = None
     ratio: float = 0.01
     min_ratio: float = 0.01
+    push_budget: float = 0.25
+    replan_interval_s: float = 10.0
     error_feedback: bool = True
 
     def __post_init__(self):
@@ -67,8 +71,10 @@ class SyncConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0 < v <= 1):
                 raise ValueError("%s must be a fraction of entries in (0, 1], got %r" % (name, v))
-        if not (isinstance(self.adsp_period_s, (int, float)) and self.adsp_period_s > 0):
-            raise ValueError("adsp_period_s must be > 0 s, got %r" % (self.adsp_period_s,))
+        for name in ("adsp_period_s", "push_budget", "replan_interval_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and v > 0):
+                raise ValueError("%s must be > 0, got %r" % (name, v))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,9 +21,9 @@ GLOBAL_FIELDS = ("phase", "stop", "heartbeat")
 # Totals since the group process started (s, bytes), except: loss = mean loss of its last round;
 # heartbeat = unix time of the report; profile_* = ASHL's profiling measurements (ms), profiled = 1
 # once they are in; round_s = wall time of its last round.
-CUMULATIVE = ("steps", "examples", "commits", "compute_s", "comm_s", "wait_s", "bytes_sent", "bytes_received")
-STAT_FIELDS = ("steps", "examples", "commits", "compute_s", "comm_s", "wait_s", "bytes_sent", "bytes_received",
-               "loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms", "profiled", "round_s")
+CUMULATIVE = ("steps", "examples", "commits", "compute_s", "pull_s", "push_s", "wait_s", "bytes_sent",
+              "bytes_received")
+STAT_FIELDS = CUMULATIVE + ("loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms", "profiled", "round_s")
 
 
 class ControlBoard:

@@ -90,14 +90,14 @@ def initial_controls(sync: SyncConfig, batch_sizes: Mapping[str, int]) -> dict[s
 
 def ashl_controls(sync: SyncConfig, timings: Sequence[schedule.WorkerTiming], phase: str,
                   previous: Mapping[str, GroupControl]) -> dict[str, GroupControl]:
-    """ASHL's H_i, D_i and R_i for `phase` ("ahl" or "shl") from the groups' measured timings (ms)."""
+    """ASHL's H_i, D_i and R_i for `phase` ("ahl" or "shl") from the groups' measured timings (ms):
+    `schedule.plan_rounds` (ratios that fit each link) for compression "ashl"."""
     preset = sync.ahl_h_preset if phase == "ahl" else sync.shl_h_preset
-    h = schedule.local_iterations(timings, preset)
+    h, ratios = schedule.plan_rounds(timings, preset, sync.min_ratio,
+                                     sync.push_budget if sync.compression == "ashl" else None)
+    if sync.compression == "fixed":
+        ratios = {t.name: sync.ratio for t in timings}
     shares = schedule.data_shares(h)
-    if sync.compression == "ashl":
-        ratios = schedule.compression_ratios(timings, h, r_min=sync.min_ratio)
-    else:
-        ratios = {t.name: (sync.ratio if sync.compression == "fixed" else 1.0) for t in timings}
     return {t.name: dataclasses.replace(previous[t.name], local_steps=h[t.name], ratio=ratios[t.name],
                                         scale=shares[t.name], share=shares[t.name]) for t in timings}
 

@@ -114,6 +114,8 @@ class ParameterServer:
                             for v in list(self.commits.values()) + [self.version, self.rejected, self.ready]]
                 self._init_values = tf.group(*assigns)
                 self._set_ready = self.ready.assign(1, read_value=False)
+                self._zero_counters = tf.group(*[v.assign(zero, read_value=False) for v in
+                                                 list(self.commits.values()) + [self.version, self.rejected]])
                 self._is_ready = self.ready.is_initialized()
                 self._ready_value = self.ready.read_value()
 
@@ -223,6 +225,11 @@ class ParameterServer:
         opts = tf.RunOptions(timeout_in_ms=int(timeout_s * 1000))
         sess.run(self._init_values, feeds, options=opts)
         sess.run(self._set_ready, options=opts)
+
+    def reset_counters(self, sess, timeout_s: float = 60.0) -> None:
+        """Chief only: zeroes the commit counters, version and rejected count (e.g. after the groups'
+        warm-up pushes of zero updates), leaving the global tensors as they are."""
+        sess.run(self._zero_counters, options=tf.RunOptions(timeout_in_ms=int(timeout_s * 1000)))
 
     def is_initialized(self, sess, timeout_s: float = 10.0) -> bool:
         """True once the chief's `initialize` has finished (one bounded poll)."""

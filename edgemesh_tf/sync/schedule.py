@@ -130,6 +130,44 @@ def compression_ratios(timings: Sequence[WorkerTiming], h: Mapping[str, int],
     return out
 
 
+def link_ratios(timings: Sequence[WorkerTiming], h: Mapping[str, int], r_min: float = 0.01,
+                push_budget: float = 0.25) -> dict[str, float]:
+    """Top-k ratio that fits each link: a worker's push may take at most ``push_budget`` of its
+    round's computation, ``R[i] = min(1, max(r_min, push_budget·iter_ms[i]·H[i] / push_ms[i]))``.
+
+    ASHL's rule above (``compression_ratios`` with the default T_max) gives 1 to every worker
+    whose round, push included, fits in T_max, and T_max is defined by the slowest worker's round
+    with its own push, so on a cluster where the slowest link is the bottleneck it never
+    compresses. This rule compresses exactly the pushes that dominate their rounds.
+    """
+    timings = _check_timings(timings)
+    _check_h(h, [t.name for t in timings])
+    if not (isinstance(r_min, (int, float)) and 0 < r_min <= 1):
+        raise ValueError(f"r_min must be in (0, 1], got {r_min!r}")
+    if not (isinstance(push_budget, (int, float)) and push_budget > 0):
+        raise ValueError(f"push_budget must be > 0 (a fraction of the round's compute), got {push_budget!r}")
+    return {t.name: 1.0 if t.push_ms == 0 else
+            float(min(1.0, max(r_min, push_budget * t.iter_ms * h[t.name] / t.push_ms))) for t in timings}
+
+
+def plan_rounds(timings: Sequence[WorkerTiming], h_preset: int, r_min: float = 0.01,
+                push_budget: float | None = 0.25) -> tuple[dict[str, int], dict[str, float]]:
+    """ASHL's local iterations with compressed pushes: ``(H, R)``.
+
+    R from ``link_ratios`` (all 1 if push_budget is None), then H from ``local_iterations`` with
+    each push shortened to ``R·push_ms``, then R once more for the new H (one fixed-point step).
+    """
+    timings = _check_timings(timings)
+    h = local_iterations(timings, h_preset)
+    if push_budget is None:
+        return h, {t.name: 1.0 for t in timings}
+    r = link_ratios(timings, h, r_min, push_budget)
+    shortened = [WorkerTiming(t.name, t.iter_ms, t.other_ms + r[t.name] * t.push_ms, r[t.name] * t.push_ms,
+                              t.other_ms) for t in timings]
+    h = local_iterations(shortened, h_preset)
+    return h, link_ratios(timings, h, r_min, push_budget)
+
+
 def _min_round(rounds_of_all) -> int:
     values = list(rounds_of_all.values()) if isinstance(rounds_of_all, Mapping) else list(rounds_of_all)
     if not values:
