@@ -1,12 +1,15 @@
-"""`edgemesh train`: train a reference CNN under a layout over local CPU devices.
+"""`edgemesh train`: train a reference CNN under a layout over local CPU devices, or (with
+`--cluster FILE --sync STRATEGY`) hybrid training over a cluster's parameter server (cli/hybrid.py).
 
     edgemesh train --layout layouts/digits_uneven.yaml --model vgg --dataset digits --steps 300 --seed 0
+    edgemesh train --cluster layouts/edge4.yaml --sync ashl --target_accuracy 0.97
 
 Prints one JSON line per step ({"step", "loss", "examples_per_sec"}) and a final line with the
 held-out accuracy.
 """
 from absl import flags
 
+from edgemesh_tf.cli import hybrid
 from edgemesh_tf.data import DATASET_NAMES
 from edgemesh_tf.models import MODEL_NAMES
 
@@ -29,6 +32,7 @@ flags.DEFINE_string("cluster", None, "Cluster file: run the layout's devices (/j
 flags.DEFINE_integer("group", None, "With a plan file of several data-parallel groups: train this group (0-based).",
                      lower_bound=0)
 flags.DEFINE_bool("emulate", True, "With --cluster: start the emulated testbed of the cluster file for the run.")
+hybrid.define_flags()
 
 
 def main(argv):
@@ -39,6 +43,11 @@ def main(argv):
     from edgemesh_tf.models import get_model
     from edgemesh_tf.train.loop import train
 
+    if FLAGS.sync:
+        if not FLAGS.cluster:
+            raise SystemExit("edgemesh train: --sync %s needs --cluster FILE (a cluster with a ps task)" % FLAGS.sync)
+        hybrid.run(FLAGS.model, FLAGS.layout, FLAGS["layout"].present)
+        return
     try:
         layout = _layout_of_plan(load_plan(FLAGS.layout), FLAGS.layout, FLAGS.group)
         data = load_dataset(FLAGS.dataset, FLAGS.data_path)

@@ -199,7 +199,7 @@ class Chief:
         if self.sync.strategy == "ashl" and self.phase in ("ahl", "shl"):
             steps = int(sum(t["steps"] for t in totals.values()))
             live = self._live_timings(stats, totals)
-            if self.phase == "ahl" and self.phases.observe_loss(loss, steps) == "shl":
+            if self.phase == "ahl" and self.phases.observe_loss(loss, steps, self.elapsed()) == "shl":
                 self._plan(sess, "shl", live or self._timings(stats), totals,
                            "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss))
             elif live and self.elapsed() - self._plan_t >= self.sync.replan_interval_s:
@@ -230,6 +230,8 @@ class Chief:
             self._wait_for_groups(sess)
             self.g.ps.reset_counters(sess, cfg.wait_timeout_s)
             self.t0 = time.monotonic()
+            if len(self.phases.transitions) == 1:  # a new run: times are seconds of training
+                self.phases.transitions = [(self.phase, 0, 0.0)]
             self._global(sess)
             final = self._loop(sess)
             self._global(sess, stop=True)
@@ -260,7 +262,7 @@ class Chief:
             totals = self._totals(stats)
             now = self.elapsed()
             if self.phase == "profiling" and all(s["profiled"] > 0 for s in stats.values()):
-                self.phases.start_ahl(int(sum(t["steps"] for t in totals.values())))
+                self.phases.start_ahl(int(sum(t["steps"] for t in totals.values())), wall_time=now)
                 self._plan(sess, "ahl", self._timings(stats), totals, "profiled")
             steps = int(sum(t["steps"] for t in totals.values()))
             stop_why = None
