@@ -38,12 +38,14 @@ LOSS_SUBSET = 512
 
 
 class Chief:
-    """See the module docstring. check_groups: called every tick, raises if a group process died.
+    """See the module docstring. check_groups: called every tick, raises if a group process died;
+    wait_groups(timeout_s): returns once the group processes have left after the stop flag.
     emit: receives every record (e.g. the terminal progress printer)."""
 
     def __init__(self, cfg: JobConfig, target: str, emit: Callable[[dict], None] = lambda rec: None,
-                 check_groups: Callable[[], None] = lambda: None):
-        self.cfg, self.target, self.emit, self.check_groups = cfg, target, emit, check_groups
+                 check_groups: Callable[[], None] = lambda: None, wait_groups: Callable[[float], None] = lambda t: None):
+        self.cfg, self.target, self.emit = cfg, target, emit
+        self.check_groups, self.wait_groups = check_groups, wait_groups
         self.sync = cfg.sync
         self.data = load_dataset(cfg.dataset, cfg.data_path)
         spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
@@ -138,10 +140,10 @@ class Chief:
                       "elapsed_s": round(self.elapsed_before, 3), "global_steps": state["global_steps"]})
         return weights
 
-    def _save(self, sess, totals) -> str:
+    def _save(self, sess, totals, elapsed: float | None = None) -> str:
         state = {"phase": self.phase, "phase_controller": self.phases.state(),
                  "controls": {g: {f: getattr(c, f) for f in rules.GroupControl.FIELDS} for g, c in self.controls.items()},
-                 "totals": totals, "elapsed_s": self.elapsed(), "history": self.history,
+                 "totals": totals, "elapsed_s": self.elapsed() if elapsed is None else elapsed, "history": self.history,
                  "global_steps": int(sum(t["steps"] for t in totals.values())),
                  "adsp_commits": self.search.count if self.search else None}
         prefix = checkpoint.save(self.ckpt_dir, self._weights(sess), state)
@@ -233,8 +235,19 @@ class Chief:
             if len(self.phases.transitions) == 1:  # a new run: times are seconds of training
                 self.phases.transitions = [(self.phase, 0, 0.0)]
             self._global(sess)
-            final = self._loop(sess)
+            why, reached = self._loop(sess)
+            stop_t = self.elapsed()
             self._global(sess, stop=True)
+            self.wait_groups(cfg.wait_timeout_s)  # their last pushes belong to the final model
+            stats, vals = self._stats(sess)
+            totals = self._totals(stats)
+            accuracy, loss = self._evaluate(sess)
+            self.history.append((stop_t, accuracy, loss))
+            self._log_eval(stop_t, accuracy, loss, totals, vals, int(sum(t["steps"] for t in totals.values())))
+            prefix = self._save(sess, totals, elapsed=stop_t)
+            final = self._final(why, reached, totals, prefix, stop_t)
+            self._record(final)
+            self.tb.close()
             return final
 
     def _wait_for_groups(self, sess) -> None:
@@ -270,6 +283,10 @@ class Chief:
                 stop_why = "time budget %.0f s" % cfg.time_budget_s
             elif cfg.max_steps and steps >= cfg.max_steps:
                 stop_why = "step budget %d" % cfg.max_steps
+            elif cfg.max_rounds and all(s["done"] > 0 for s in stats.values()):
+                stop_why = "every group made its %d rounds" % cfg.max_rounds
+            elif reached is not None and now >= reached + cfg.stop_after_target_s:
+                stop_why = "target accuracy %.3f reached at %.1f s" % (cfg.target_accuracy, reached)
             if now >= next_eval or stop_why:
                 next_eval = now + cfg.eval_interval_s
                 accuracy, loss = self._evaluate(sess)
@@ -277,19 +294,15 @@ class Chief:
                 self._log_eval(now, accuracy, loss, totals, vals, steps)
                 if cfg.target_accuracy and accuracy >= cfg.target_accuracy and reached is None:
                     reached = now
-                    stop_why = stop_why or "target accuracy %.3f reached" % cfg.target_accuracy
+                    if cfg.stop_after_target_s <= 0:
+                        stop_why = stop_why or "target accuracy %.3f reached" % cfg.target_accuracy
                 if not stop_why:
                     self._drive(sess, stats, totals, accuracy, loss)
             if now >= next_ckpt and not stop_why:
                 next_ckpt = now + cfg.checkpoint_interval_s
                 self._save(sess, totals)
             if stop_why:
-                self._global(sess, stop=True)
-                prefix = self._save(sess, totals)
-                final = self._final(stop_why, reached, totals, prefix)
-                self._record(final)
-                self.tb.close()
-                return final
+                return stop_why, reached
 
     def _log_eval(self, now, accuracy, loss, totals, vals, steps) -> None:
         dt = now - getattr(self, "_last_t", self.elapsed_before)
@@ -320,9 +333,9 @@ class Chief:
                       "bytes_sent": int(sent), "eta_s": round(max(0.0, budget_left), 1),
                       "version": int(vals["version"])})
 
-    def _final(self, why, reached, totals, prefix) -> dict:
-        acc = self.history[-1][1] if self.history else float("nan")
-        return {"event": "final", "strategy": self.sync.strategy, "why": why, "t": round(self.elapsed(), 3),
+    def _final(self, why, reached, totals, prefix, stop_t) -> dict:
+        acc = self.history[-1][1]
+        return {"event": "final", "strategy": self.sync.strategy, "why": why, "t": round(stop_t, 3),
                 "accuracy": round(acc, 4), "time_to_target_s": None if reached is None else round(reached, 3),
                 "phase": self.phase, "phase_transitions": self.phases.transitions,
                 "global_steps": int(sum(t["steps"] for t in totals.values())),

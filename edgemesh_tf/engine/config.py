@@ -96,6 +96,8 @@ class JobConfig:
     period; checkpoint_interval_s: its checkpoint period; time_budget_s: training wall time;
     target_accuracy: stop once the held-out accuracy reaches it (None: run the budget);
     max_steps: stop after this many local iterations summed over groups (None: no limit);
+    max_rounds: each group stops by itself after this many rounds (commits), the job when all have;
+    stop_after_target_s: keep training this long after reaching target_accuracy (0: stop at once);
     wait_timeout_s: the longest any wait for another process may take.
     """
 
@@ -113,6 +115,8 @@ class JobConfig:
     time_budget_s: float = 300.0
     target_accuracy: float | None = None
     max_steps: int | None = None
+    max_rounds: int | None = None
+    stop_after_target_s: float = 0.0
     wait_timeout_s: float = 60.0
     logdir: str = "runs/job"
     sync: SyncConfig = dataclasses.field(default_factory=SyncConfig)

@@ -20,10 +20,10 @@ COLLECTION = "edgemesh_control_board"
 GLOBAL_FIELDS = ("phase", "stop", "heartbeat")
 # Totals since the group process started (s, bytes), except: loss = mean loss of its last round;
 # heartbeat = unix time of the report; profile_* = ASHL's profiling measurements (ms), profiled = 1
-# once they are in; round_s = wall time of its last round.
+# once they are in; round_s = wall time of its last round; done = 1 once it made max_rounds rounds.
 CUMULATIVE = ("steps", "examples", "commits", "compute_s", "pull_s", "push_s", "wait_s", "bytes_sent",
               "bytes_received")
-STAT_FIELDS = CUMULATIVE + ("loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms", "profiled", "round_s")
+STAT_FIELDS = CUMULATIVE + ("loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms", "profiled", "round_s", "done")
 
 
 class ControlBoard:

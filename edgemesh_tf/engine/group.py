@@ -35,6 +35,15 @@ class ChiefLost(RuntimeError):
     pass
 
 
+def shard_stream(data, shares, name: str, batch_size: int, seed: int):
+    """Endless batches ([batch_size, H, W, C], [batch_size]) of group `name`'s shard of the training
+    set (rules.shard_range); a shard smaller than a batch is repeated to fill one."""
+    begin, end = rules.shard_range(shares, name, len(data.train_x))
+    x, y = data.train_x[begin:end], data.train_y[begin:end]
+    reps = -(-batch_size // len(x))
+    return batches(np.concatenate([x] * reps), np.concatenate([y] * reps), batch_size, seed)
+
+
 class GroupRunner:
     """Runs group `index` of `cfg` against the server at `target` (see the module docstring).
     step_delay_factor: > 1 sleeps (factor - 1) x the step time after each local iteration (the
@@ -90,14 +99,8 @@ class GroupRunner:
         share = {g: c.share for g, c in controls.items()}
         if share != self._share:
             self._share = share
-            n = len(self.data.train_x)
-            begin, end = rules.shard_range(share, self.name, n)
-            x, y = self.data.train_x[begin:end], self.data.train_y[begin:end]
-            b = min(self.spec_g.batch_size, len(x))
-            reps = -(-self.spec_g.batch_size // b)  # a tiny shard is repeated to fill a batch
-            stream = batches(np.concatenate([x] * reps), np.concatenate([y] * reps), self.spec_g.batch_size,
-                             self.cfg.seed * 1000 + self.index)
-            self._stream = stream
+            self._stream = shard_stream(self.data, share, self.name, self.spec_g.batch_size,
+                                        self.cfg.seed * 1000 + self.index)
         return self._stream
 
     def _train_steps(self, sess, rule, stream) -> tuple[int, list[float], list[float]]:
@@ -134,6 +137,10 @@ class GroupRunner:
                 vals = self._read(sess)
                 if self.g.board.stopped(vals):
                     break
+                if cfg.max_rounds and self._round >= cfg.max_rounds:
+                    self._report(sess, loss=self._last_loss, done=True)
+                    self._wait(sess, lambda v: False, "the chief's stop flag after the last round")
+                    break
                 self._one_round(sess, vals)
         self.log.close()
         return self.totals
@@ -150,7 +157,7 @@ class GroupRunner:
         self._run(sess, g.train.copy_slices_to_masters)
         for push, ratio in ((g.push_dense, 1.0), (g.push_sparse, 0.5)):
             self._run(sess, push, {g.ratio: ratio, g.scale: 0.0})
-        self._run(sess, g.local_init)  # error feedback starts empty
+        self._run(sess, [g.train.init_op, g.local_init])  # momentum and error feedback start empty
 
     @staticmethod
     def _go(vals) -> bool:
@@ -216,9 +223,10 @@ class GroupRunner:
                 "profile_push_ms": 1000 * min(p for _, p in self._prof_comm),
                 "profiled": 1.0}
 
-    def _report(self, sess, loss: float, round_s: float = 0.0):
+    def _report(self, sess, loss: float, round_s: float = 0.0, done: bool = False):
+        self._last_loss = loss
         self.g.board.write_stats(sess, self.name, {**self.totals, **self.profile, "loss": loss,
-                                                   "heartbeat": time.time(), "round_s": round_s},
+                                                   "heartbeat": time.time(), "round_s": round_s, "done": float(done)},
                                  self.cfg.wait_timeout_s)
 
 

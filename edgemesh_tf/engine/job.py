@@ -77,14 +77,18 @@ class GroupProcesses:
                 raise RuntimeError("group %s (pid %d) exited with code %s during training; see %s:\n%s"
                                    % (name, p.pid, p.returncode, self.logs[name], _tail(self.logs[name])))
 
-    def stop(self, timeout_s: float) -> dict[str, int | None]:
-        """Waits for the groups to leave after the stop flag, then terminates the rest (by pid)."""
+    def wait(self, timeout_s: float) -> None:
+        """Waits (at most timeout_s in all) for the groups to leave after the stop flag."""
         deadline = time.monotonic() + timeout_s
         for p in self.procs.values():
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
+
+    def stop(self, timeout_s: float) -> dict[str, int | None]:
+        """`wait`, then terminates the groups still running (by pid); returns the exit codes."""
+        self.wait(timeout_s)
         for p in self.procs.values():
             if p.poll() is None:
                 procs.terminate(p, 5.0)
@@ -99,29 +103,36 @@ def _tail(path: str, lines: int = 15) -> str:
         return ""
 
 
+def _testbed_view(em):
+    return em.session_target, {n: (d.netns, d.local_target, d.step_delay_factor) for n, d in em.devices.items()}, \
+        {"network": em.network, "compute": em.compute}
+
+
 @contextlib.contextmanager
-def _servers(cluster: ClusterFile, emulate: bool, up_kwargs: dict):
+def _servers(cluster: ClusterFile, emulate: bool, up_kwargs: dict, testbed=None):
     """Yields (chief target, {device name: (netns, local target, step delay factor)}, summary)."""
-    if emulate:
+    if testbed is not None:
+        yield _testbed_view(testbed)
+    elif emulate:
         from edgemesh_tf.cluster.emulator import emulated_cluster
         with emulated_cluster(cluster, **up_kwargs) as em:
-            yield em.session_target, {n: (d.netns, d.local_target, d.step_delay_factor)
-                                      for n, d in em.devices.items()}, {"network": em.network, "compute": em.compute}
+            yield _testbed_view(em)
     else:
         yield ("grpc://" + cluster.master.address, {d.name: (None, "grpc://" + d.address, 1.0) for d in cluster.devices},
                {"network": "real", "compute": "real"})
 
 
 def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
-            emit: Callable[[dict], None] = lambda rec: None, up_kwargs: dict | None = None) -> dict:
-    """Runs the job to its stop condition; returns the chief's final record (plus group exit codes)."""
+            emit: Callable[[dict], None] = lambda rec: None, up_kwargs: dict | None = None, testbed=None) -> dict:
+    """Runs the job to its stop condition; returns the chief's final record (plus group exit codes).
+    testbed: an already running `EmulatedCluster` of `cluster` to use (and leave running)."""
     by_device = {d.device_string: d.name for d in cluster.devices}
-    with _servers(cluster, emulate, up_kwargs or {}) as (target, devices, testbed):
+    with _servers(cluster, emulate, up_kwargs or {}, testbed) as (target, devices, testbed):
         emit({"event": "testbed", **testbed})
         launch = {g.name: devices[by_device[g.layout["devices"][0]]] for g in cfg.groups}
         groups = GroupProcesses(cfg, launch)
         try:
-            final = Chief(cfg, target, emit=emit, check_groups=groups.check).run()
+            final = Chief(cfg, target, emit=emit, check_groups=groups.check, wait_groups=groups.wait).run()
         finally:
             codes = groups.stop(cfg.wait_timeout_s)
         final["group_exit_codes"] = codes

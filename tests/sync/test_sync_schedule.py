@@ -92,3 +92,19 @@ def test_phase_controller_switch_and_round_trip():
         restored.start_ahl()
     with pytest.raises(ValueError, match="patience must be an int >= 1"):
         PhaseController(0.5, patience=0)
+
+
+def test_link_ratios_compress_pushes_that_dominate_their_round():
+    from edgemesh_tf.sync.schedule import link_ratios, plan_rounds
+    timings = [WorkerTiming("fast", 10.0, 70.0, 50.0, 20.0), WorkerTiming("slow", 40.0, 700.0, 500.0, 200.0)]
+    r = link_ratios(timings, {"fast": 40, "slow": 8}, r_min=0.01, push_budget=0.25)
+    assert r["fast"] == 1.0                                   # 0.25 * 400 ms >= 50 ms
+    assert r["slow"] == pytest.approx(0.25 * 40 * 8 / 500)   # 80 ms of a 500 ms push
+    assert link_ratios(timings, {"fast": 1, "slow": 1}, r_min=0.05, push_budget=0.001)["slow"] == 0.05
+    h, r2 = plan_rounds(timings, 8, push_budget=0.25)
+    assert h["slow"] == 8
+    # the fast worker fills the slow one's shortened round: 8*40 + 200 + 0.16*500 = 600 ms
+    assert h["fast"] == round((600 - 20 - 50) / 10)
+    assert plan_rounds(timings, 8, push_budget=None)[1] == {"fast": 1.0, "slow": 1.0}
+    with pytest.raises(ValueError, match="push_budget must be > 0"):
+        link_ratios(timings, {"fast": 1, "slow": 1}, push_budget=0)

@@ -1,0 +1,83 @@
+"""The strategies as plain data: controls, round rules, gates and shards."""
+import pytest
+
+from edgemesh_tf.engine import rules
+from edgemesh_tf.engine.config import GroupSpec, JobConfig, SyncConfig
+from edgemesh_tf.sync.schedule import WorkerTiming
+
+BATCH = {"a": 32, "b": 32, "c": 64}
+
+
+@pytest.mark.parametrize("strategy,steps,wait", [("bsp", 1, "barrier"), ("asp", 1, "none"), ("ssp", 1, "staleness"),
+                                                 ("local_sgd", 8, "barrier"), ("adsp", 0, "none"),
+                                                 ("ashl", 5, "none")])
+def test_each_strategy_round_rule(strategy, steps, wait):
+    sync = SyncConfig(strategy=strategy)
+    controls = rules.initial_controls(sync, BATCH)
+    rule = rules.round_rule(sync, rules.first_phase(sync), controls["c"])
+    assert (rule.local_steps, rule.wait) == (steps, wait)
+    assert rule.scale == pytest.approx(0.5)  # batch share of c
+    assert rule.bound == (3 if wait == "staleness" else 0)
+    assert rule.timer_s == (pytest.approx(1.0) if strategy == "adsp" else 0.0)
+
+
+def test_ashl_shl_waits_with_its_staleness_bound_and_plans_from_timings():
+    sync = SyncConfig(strategy="ashl", staleness=2, push_budget=0.25)
+    timings = [WorkerTiming("a", 10.0, 100.0, 60.0, 40.0), WorkerTiming("b", 40.0, 400.0, 300.0, 100.0)]
+    prev = rules.initial_controls(sync, {"a": 32, "b": 32})
+    ahl = rules.ashl_controls(sync, timings, "ahl", prev)
+    assert ahl["b"].local_steps == 8 and ahl["a"].local_steps > 8  # slowest gets the preset
+    assert ahl["a"].scale == pytest.approx(ahl["a"].local_steps / (ahl["a"].local_steps + 8))
+    assert ahl["a"].share == ahl["a"].scale
+    assert ahl["b"].ratio < 1.0 <= ahl["a"].ratio  # the slow link is compressed
+    shl = rules.ashl_controls(sync, timings, "shl", ahl)
+    assert shl["b"].local_steps == 2
+    assert rules.round_rule(sync, "ahl", ahl["a"]).wait == "none"
+    rule = rules.round_rule(sync, "shl", shl["a"])
+    assert (rule.wait, rule.bound) == ("staleness", 2)
+
+
+def test_fixed_compression_applies_from_the_start():
+    sync = SyncConfig(strategy="asp", compression="fixed", ratio=0.01)
+    assert rules.initial_controls(sync, {"a": 8})["a"].ratio == 0.01
+    assert SyncConfig(strategy="ashl").compression == "ashl"
+    assert SyncConfig(strategy="bsp").compression == "none"
+
+
+def test_gates_skip_lost_groups():
+    live = rules.GroupControl(1, 1.0, 0.5)
+    lost = rules.GroupControl(1, 1.0, 0.5, lost=True)
+    commits = {"a": 5, "b": 1}
+    assert not rules.barrier_passed(5, commits, {"a": live, "b": live})
+    assert rules.barrier_passed(5, commits, {"a": live, "b": lost})
+    assert not rules.staleness_passed(5, 3, commits, {"a": live, "b": live})
+    assert rules.staleness_passed(4, 3, commits, {"a": live, "b": live})
+    assert rules.staleness_passed(5, 3, commits, {"a": live, "b": lost})
+
+
+def test_control_vector_round_trip():
+    c = rules.GroupControl(local_steps=12, ratio=0.05, scale=0.25, timer_s=1.5, share=0.3, lost=True)
+    assert rules.GroupControl.from_vector(c.to_vector()) == c
+
+
+def test_shards_cover_the_data_in_order():
+    shares = {"a": 0.5, "b": 0.3, "c": 0.2}
+    ranges = [rules.shard_range(shares, g, 1000) for g in shares]
+    assert ranges == [(0, 500), (500, 800), (800, 1000)]
+    assert rules.shard_range({"a": 0.999, "b": 0.001}, "b", 10) == (9, 10)  # never empty
+
+
+def test_config_round_trips_and_names_bad_fields():
+    cfg = JobConfig(groups=(GroupSpec("g0", {"mesh": {"model": 1}, "devices": ["/cpu:0"]}, 16),),
+                    sync=SyncConfig(strategy="ssp", staleness=1), target_accuracy=0.9)
+    assert JobConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match="sync strategy must be one of .*got 'sgd'"):
+        SyncConfig(strategy="sgd")
+    with pytest.raises(ValueError, match="ratio must be a fraction of entries in \\(0, 1\\], got 0"):
+        SyncConfig(ratio=0)
+    with pytest.raises(ValueError, match="group names must be distinct"):
+        JobConfig(groups=(cfg.groups[0], cfg.groups[0]))
+    with pytest.raises(ValueError, match="batch_size of group g0 must be an int >= 1"):
+        JobConfig(groups=(GroupSpec("g0", {}, 0),))
+    with pytest.raises(ValueError, match="time_budget_s must be > 0 s"):
+        JobConfig(groups=cfg.groups, time_budget_s=0)
