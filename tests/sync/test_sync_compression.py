@@ -79,9 +79,9 @@ def test_error_feedback_running_sums_converge(size, exact_max):
             true_sum += x
             sent_sum += d
             errors.append(np.linalg.norm(true_sum - sent_sum) / np.linalg.norm(true_sum))
-        residual = s.run(comp.residual)
-    # nothing is lost: sent + residual == true (up to float32 rounding)
-    np.testing.assert_allclose(sent_sum + residual, true_sum, atol=1e-3 * steps ** 0.5)
+            # step after step, nothing is lost: sent + residual == sum of the updates (float32 rounding)
+            residual = s.run(comp.residual)
+            np.testing.assert_allclose(sent_sum + residual, true_sum, atol=1e-3 * (step + 1) ** 0.5)
     # the residual stays bounded, so the relative error of the running sum shrinks
     assert errors[-1] < 0.2 and errors[-1] < 0.5 * errors[steps // 10]
     # without error feedback 98% of each update would be dropped for good
