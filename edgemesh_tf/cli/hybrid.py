@@ -47,6 +47,8 @@ def define_flags() -> None:
     flags.DEFINE_float("eval_interval_s", 2.0, "Hybrid: seconds between the chief's evaluations.", lower_bound=0.05)
     flags.DEFINE_float("checkpoint_interval_s", 10.0, "Hybrid: seconds between checkpoints.", lower_bound=0.1)
     flags.DEFINE_float("wait_timeout_s", 60.0, "Hybrid: the longest wait for another process (s).", lower_bound=1.0)
+    flags.DEFINE_float("startup_timeout_s", 180.0, "Hybrid: the longest wait for the group processes to start (s).",
+                       lower_bound=1.0)
     flags.DEFINE_string("logdir", "runs/hybrid", "Hybrid: run directory (checkpoints, TensorBoard, group logs).")
 
 
@@ -103,7 +105,7 @@ def run(model: str, layout_path: str, layout_given: bool) -> None:
                          eval_interval_s=FLAGS.eval_interval_s, checkpoint_interval_s=FLAGS.checkpoint_interval_s,
                          time_budget_s=FLAGS.time_budget_s, target_accuracy=FLAGS.target_accuracy,
                          max_steps=FLAGS.steps if FLAGS["steps"].present else None,
-                         wait_timeout_s=FLAGS.wait_timeout_s, logdir=FLAGS.logdir, sync=sync_config())
+                         wait_timeout_s=FLAGS.wait_timeout_s, startup_timeout_s=FLAGS.startup_timeout_s, logdir=FLAGS.logdir, sync=sync_config())
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)
     final = run_job(cfg, cluster, emulate=FLAGS.emulate, emit=_print)

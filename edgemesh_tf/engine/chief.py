@@ -251,7 +251,7 @@ class Chief:
             return final
 
     def _wait_for_groups(self, sess) -> None:
-        deadline = time.monotonic() + self.cfg.wait_timeout_s
+        deadline = time.monotonic() + self.cfg.startup_timeout_s
         while True:
             self.check_groups()
             stats, _ = self._stats(sess)
@@ -260,7 +260,7 @@ class Chief:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError("chief: groups %s did not connect to the parameter server %s within %.0f s"
-                                   % (missing, self.cfg.ps_device, self.cfg.wait_timeout_s))
+                                   % (missing, self.cfg.ps_device, self.cfg.startup_timeout_s))
             time.sleep(TICK_S)
 
     def _loop(self, sess) -> dict:

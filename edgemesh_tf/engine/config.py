@@ -98,7 +98,9 @@ class JobConfig:
     max_steps: stop after this many local iterations summed over groups (None: no limit);
     max_rounds: each group stops by itself after this many rounds (commits), the job when all have;
     stop_after_target_s: keep training this long after reaching target_accuracy (0: stop at once);
-    wait_timeout_s: the longest any wait for another process may take.
+    wait_timeout_s: the longest any wait for another process may take during training;
+    startup_timeout_s: the longest wait for the group processes to start (import TF, build their
+      graphs, connect) and for the chief to initialise the global model.
     """
 
     groups: tuple[GroupSpec, ...]
@@ -118,6 +120,7 @@ class JobConfig:
     max_rounds: int | None = None
     stop_after_target_s: float = 0.0
     wait_timeout_s: float = 60.0
+    startup_timeout_s: float = 180.0
     logdir: str = "runs/job"
     sync: SyncConfig = dataclasses.field(default_factory=SyncConfig)
 
@@ -129,7 +132,8 @@ class JobConfig:
             raise ValueError("group names must be distinct, got %r" % names)
         for g in self.groups:
             _check_int("batch_size of group %s" % g.name, g.batch_size, 1)
-        for name in ("eval_interval_s", "checkpoint_interval_s", "time_budget_s", "wait_timeout_s"):
+        for name in ("eval_interval_s", "checkpoint_interval_s", "time_budget_s", "wait_timeout_s",
+                     "startup_timeout_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError("%s must be > 0 s, got %r" % (name, v))

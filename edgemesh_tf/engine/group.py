@@ -83,16 +83,18 @@ class GroupRunner:
     def _commits(self, vals) -> dict[str, int]:
         return {g: int(vals["commits/" + g]) for g in self.cfg.group_names}
 
-    def _wait(self, sess, passed, what: str) -> tuple[float, dict]:
-        """Polls the board until passed(vals); returns (seconds waited, last vals)."""
+    def _wait(self, sess, passed, what: str, timeout_s: float | None = None) -> tuple[float, dict]:
+        """Polls the board until passed(vals) or the stop flag, at most timeout_s (default: the job's
+        wait_timeout_s); returns (seconds waited, last vals)."""
+        timeout_s = timeout_s or self.cfg.wait_timeout_s
         start = time.monotonic()
         while True:
             vals = self._read(sess)
             if self.g.board.stopped(vals) or passed(vals):
                 return time.monotonic() - start, vals
-            if time.monotonic() - start > self.cfg.wait_timeout_s:
+            if time.monotonic() - start > timeout_s:
                 raise TimeoutError("group %s: waited %.0f s for %s (commits %s)" % (
-                    self.name, self.cfg.wait_timeout_s, what, self._commits(vals)))
+                    self.name, timeout_s, what, self._commits(vals)))
             time.sleep(POLL_S)
 
     def _batches(self, controls):
@@ -129,10 +131,10 @@ class GroupRunner:
         tf.Session.reset(self.target, ["group_" + self.name])
         with tf.Session(self.target, graph=self.g.train.graph, config=config) as sess:
             self._run(sess, [self.g.train.init_op, self.g.local_init])
-            self.g.ps.wait_until_initialized(sess, timeout_s=cfg.wait_timeout_s)
+            self.g.ps.wait_until_initialized(sess, timeout_s=cfg.startup_timeout_s)
             self._warm_up(sess)
             self._report(sess, loss=float("nan"))
-            self._wait(sess, self._go, "the chief's start signal")
+            self._wait(sess, self._go, "the chief's start signal", cfg.startup_timeout_s)
             while True:
                 vals = self._read(sess)
                 if self.g.board.stopped(vals):

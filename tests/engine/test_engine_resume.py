@@ -28,15 +28,18 @@ def _records(logdir):
 def test_chief_killed_mid_run_resumes_from_latest_checkpoint_with_its_phase(tmp_path):
     logdir = str(tmp_path / "run")
     env = dict(os.environ, PYTHONPATH=ROOT)
-    first = subprocess.Popen(_cmd(logdir, 120), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    os.makedirs(logdir)
+    log = open(os.path.join(logdir, "first.log"), "w")
+    first = subprocess.Popen(_cmd(logdir, 120), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             ckpts = [r for r in _records(logdir) if r["event"] == "checkpoint"]
             if len(ckpts) >= 3 and ckpts[-1]["phase"] == "shl":
                 break
-            assert first.poll() is None, "the first run ended early: %s" % _records(logdir)[-3:]
+            if first.poll() is not None:
+                with open(os.path.join(logdir, "first.log")) as f:
+                    raise AssertionError("the first run ended early: %s" % f.read()[-3000:])
             time.sleep(0.2)
         else:
             raise AssertionError("no checkpoint in SHL within 240 s: %s" % _records(logdir)[-3:])
@@ -44,6 +47,7 @@ def test_chief_killed_mid_run_resumes_from_latest_checkpoint_with_its_phase(tmp_
     finally:
         first.send_signal(signal.SIGKILL)  # the process we started, by its pid
         first.wait(30)
+        log.close()
     before = _records(logdir)
     last_ckpt = [r for r in before if r["event"] == "checkpoint"][-1]
     last_t = max(r["t"] for r in before if "t" in r)
