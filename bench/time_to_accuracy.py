@@ -118,10 +118,9 @@ def main():
     ratios = {"ashl_over_bsp": _ratio(edge, "ashl", "bsp") if {"ashl", "bsp"} <= set(names) else None,
               "ashl_over_adsp": _ratio(edge, "ashl", "adsp") if {"ashl", "adsp"} <= set(names) else None}
     for n in names:
-        if "bsp" in names:
-            ratios[f"{n}_over_bsp"] = _ratio(edge, n, "bsp")
-        if "adsp" in names:
-            ratios[f"{n}_over_adsp"] = _ratio(edge, n, "adsp")
+        for base in ("bsp", "adsp"):
+            if base in names and n not in (base, "ashl"):
+                ratios[f"{n}_over_{base}"] = _ratio(edge, n, base)
     out["ratios"] = ratios
     checks = {}
     s = edge["strategies"]
