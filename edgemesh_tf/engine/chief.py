@@ -14,7 +14,6 @@ the count).
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from typing import Callable
@@ -26,7 +25,7 @@ from edgemesh_tf.engine import checkpoint, rules
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.control import CUMULATIVE
 from edgemesh_tf.engine.graph import build_replica_graph
-from edgemesh_tf.engine.summaries import ScalarWriters
+from edgemesh_tf.engine.report import JobReport
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models import get_model
@@ -59,7 +58,7 @@ class Chief:
         self.ckpt_dir = os.path.join(cfg.logdir, "checkpoints")
         os.makedirs(cfg.logdir, exist_ok=True)
         self.log = open(os.path.join(cfg.logdir, "chief.jsonl"), "a")
-        self.tb = ScalarWriters(cfg.logdir, cfg.group_names)
+        self.report = JobReport(cfg, spec)
         self.batch = {g.name: g.batch_size for g in cfg.groups}
         self.phase = rules.first_phase(self.sync)
         self.phases = schedule.PhaseController(self.sync.shl_loss)
@@ -157,8 +156,10 @@ class Chief:
         old, self.phase = self.phase, phase
         self.g.board.write_controls(sess, self.controls, self.cfg.wait_timeout_s)
         self._global(sess)
-        self._record({"event": "phase", "from": old, "to": phase, "t": round(self.elapsed(), 3), "why": why,
-                      "controls": {g: c.to_vector() for g, c in self.controls.items()}})
+        rec = {"event": "phase", "from": old, "to": phase, "t": round(self.elapsed(), 3), "why": why,
+               "controls": {g: c.to_vector() for g, c in self.controls.items()}}
+        self.report.phase(rec)
+        self._record(rec)
 
     def _timings(self, stats) -> list[schedule.WorkerTiming]:
         """The groups' profiling measurements (ms), pushes dense."""
@@ -232,6 +233,7 @@ class Chief:
             self._wait_for_groups(sess)
             self.g.ps.reset_counters(sess, cfg.wait_timeout_s)
             self.t0 = time.monotonic()
+            self.report.start(self.elapsed_before)
             if len(self.phases.transitions) == 1:  # a new run: times are seconds of training
                 self.phases.transitions = [(self.phase, 0, 0.0)]
             self._global(sess)
@@ -246,8 +248,8 @@ class Chief:
             self._log_eval(stop_t, accuracy, loss, totals, vals, int(sum(t["steps"] for t in totals.values())))
             prefix = self._save(sess, totals, elapsed=stop_t)
             final = self._final(why, reached, totals, prefix, stop_t)
+            final.update(self.report.end(final, totals, stop_t))
             self._record(final)
-            self.tb.close()
             return final
 
     def _wait_for_groups(self, sess) -> None:
@@ -305,23 +307,9 @@ class Chief:
                 return stop_why, reached
 
     def _log_eval(self, now, accuracy, loss, totals, vals, steps) -> None:
-        dt = now - getattr(self, "_last_t", self.elapsed_before)
-        last = getattr(self, "_last_totals", self.offsets)
-        group_rates = {}
-        for g, t in totals.items():
-            ex = (t["examples"] - last[g].get("examples", 0.0)) / dt if dt > 0 else 0.0
-            group_rates[g] = ex
-            self.tb.scalars(g, {"examples_per_sec": ex, "waiting_s": t["wait_s"], "bytes_sent": t["bytes_sent"],
-                                "bytes_received": t["bytes_received"], "compression_ratio": self.controls[g].ratio,
-                                "local_steps": self.controls[g].local_steps, "loss": stats_loss(t)}, now)
-        self._last_t, self._last_totals = now, totals
-        total_rate = sum(group_rates.values())
+        rates = self.report.eval(now, accuracy, loss, self.phase, totals, self.controls)
+        total_rate, group_rates = rates["total"], rates["groups"]
         sent = sum(t["bytes_sent"] for t in totals.values())
-        self.tb.scalars("total", {"accuracy": accuracy, "loss": loss, "phase": rules.PHASES.index(self.phase),
-                                  "examples_per_sec": total_rate, "bytes_sent": sent,
-                                  "bytes_received": sum(t["bytes_received"] for t in totals.values()),
-                                  "waiting_s": sum(t["wait_s"] for t in totals.values())}, now)
-        self.tb.flush()
         budget_left = self.cfg.time_budget_s - now
         if self.cfg.max_steps and total_rate > 0:
             rate = steps / max(now - self.elapsed_before, 1e-9) if now > self.elapsed_before else 0.0
@@ -345,7 +333,3 @@ class Chief:
                 "groups": totals, "checkpoint": prefix,
                 "curve": [[round(t, 3), round(a, 4)] for t, a, _ in self.history]}
 
-
-def stats_loss(t) -> float:
-    loss = t.get("loss", math.nan)
-    return loss if math.isfinite(loss) else 0.0

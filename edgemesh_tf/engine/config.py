@@ -98,6 +98,9 @@ class JobConfig:
     max_steps: stop after this many local iterations summed over groups (None: no limit);
     max_rounds: each group stops by itself after this many rounds (commits), the job when all have;
     stop_after_target_s: keep training this long after reaching target_accuracy (0: stop at once);
+    device_names: TF device string -> the device's name in the cluster file (for reports);
+    device_info: {device name: {"speed", "predicted_memory_mib", "measured_memory_mib",
+      "predicted_step_ms"}}, whatever is known, for the layout picture;
     wait_timeout_s: the longest any wait for another process may take during training;
     startup_timeout_s: the longest wait for the group processes to start (import TF, build their
       graphs, connect) and for the chief to initialise the global model.
@@ -122,6 +125,8 @@ class JobConfig:
     wait_timeout_s: float = 60.0
     startup_timeout_s: float = 180.0
     logdir: str = "runs/job"
+    device_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    device_info: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     sync: SyncConfig = dataclasses.field(default_factory=SyncConfig)
 
     def __post_init__(self):

@@ -146,5 +146,7 @@ def job_config(cluster: ClusterFile, groups, **kwargs) -> JobConfig:
     if not ps:
         raise ValueError("cluster %s has no device with role ps; hybrid training keeps the global model on a "
                          "parameter server" % cluster.path)
+    kwargs.setdefault("device_names", {d.device_string: d.name for d in cluster.devices})
+    kwargs.setdefault("device_info", {d.name: {"speed": d.speed} for d in cluster.workers if d.speed})
     return JobConfig(groups=tuple(groups), ps_device=ps[0].device_string, chief_device=cluster.master.device_string,
                      **kwargs)
