@@ -15,8 +15,9 @@ $(STAMP): requirements.txt setup.py
 
 install: $(STAMP)
 
+# The main job: emulated edge4 testbed, profile, plan, ASHL training, TensorBoard logs, summary.
 run: install
-	$(BIN)/edgemesh train --layout layouts/digits_uneven.yaml --model vgg --dataset digits --steps 300 $(RUN_ARGS)
+	$(BIN)/edgemesh run $(RUN_ARGS)
 
 test: install
 	$(BIN)/python -m pytest -q tests

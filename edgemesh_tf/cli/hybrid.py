@@ -20,9 +20,11 @@ FLAGS = flags.FLAGS
 _D = SyncConfig()
 
 
-def define_flags() -> None:
-    flags.DEFINE_enum("sync", None, list(STRATEGIES), "With --cluster: hybrid training with this synchronisation "
-                      "strategy over a parameter server (without it, --cluster trains one layout on the servers).")
+def define_flags(sync=None, logdir="runs/hybrid", time_budget_s=300.0, target_accuracy=None,
+                 sync_help="With --cluster: hybrid training with this synchronisation strategy over a parameter "
+                           "server (without it, --cluster trains one layout on the servers).") -> None:
+    """The flags of hybrid training (shared by `edgemesh train` and `edgemesh run`)."""
+    flags.DEFINE_enum("sync", sync, list(STRATEGIES), sync_help)
     flags.DEFINE_integer("staleness", _D.staleness, "SSP's and SHL's bound: commits a group may run ahead.", lower_bound=0)
     flags.DEFINE_integer("local_steps", _D.local_steps, "Local SGD: local iterations between averagings.", lower_bound=1)
     flags.DEFINE_integer("ahl_h_preset", _D.ahl_h_preset, "ASHL: slowest group's iterations per commit in AHL.",
@@ -42,14 +44,14 @@ def define_flags() -> None:
                        "compute.")
     flags.DEFINE_bool("error_feedback", _D.error_feedback, "Keep what top-k dropped for the next push.")
     flags.DEFINE_float("replan_interval_s", _D.replan_interval_s, "ASHL: re-plan H, D, R this often (s).")
-    flags.DEFINE_float("time_budget_s", 300.0, "Hybrid: training wall-time budget (s).", lower_bound=0.1)
-    flags.DEFINE_float("target_accuracy", None, "Hybrid: stop at this held-out accuracy (0..1).")
+    flags.DEFINE_float("time_budget_s", time_budget_s, "Hybrid: training wall-time budget (s).", lower_bound=0.1)
+    flags.DEFINE_float("target_accuracy", target_accuracy, "Hybrid: stop at this held-out accuracy (0..1).")
     flags.DEFINE_float("eval_interval_s", 2.0, "Hybrid: seconds between the chief's evaluations.", lower_bound=0.05)
     flags.DEFINE_float("checkpoint_interval_s", 10.0, "Hybrid: seconds between checkpoints.", lower_bound=0.1)
     flags.DEFINE_float("wait_timeout_s", 60.0, "Hybrid: the longest wait for another process (s).", lower_bound=1.0)
     flags.DEFINE_float("startup_timeout_s", 180.0, "Hybrid: the longest wait for the group processes to start (s).",
                        lower_bound=1.0)
-    flags.DEFINE_string("logdir", "runs/hybrid", "Hybrid: run directory (checkpoints, TensorBoard, group logs).")
+    flags.DEFINE_string("logdir", logdir, "Hybrid: run directory (checkpoints, TensorBoard, group logs).")
 
 
 def sync_config() -> SyncConfig:
@@ -82,7 +84,7 @@ def progress_line(rec: dict) -> str | None:
     return None
 
 
-def _print(rec: dict) -> None:
+def print_progress(rec: dict) -> None:
     line = progress_line(rec)
     if line:
         print(line, flush=True)
@@ -108,7 +110,7 @@ def run(model: str, layout_path: str, layout_given: bool) -> None:
                          wait_timeout_s=FLAGS.wait_timeout_s, startup_timeout_s=FLAGS.startup_timeout_s, logdir=FLAGS.logdir, sync=sync_config())
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)
-    final = run_job(cfg, cluster, emulate=FLAGS.emulate, emit=_print)
+    final = run_job(cfg, cluster, emulate=FLAGS.emulate, emit=print_progress)
     print("done: %s; accuracy %.4f after %.1f s, %d steps, %.2f MB sent, %.1f s waiting; tensorboard --logdir %s/tb"
           % (final["why"], final["accuracy"], final["t"], final["global_steps"], final["bytes_sent"] / 1e6,
              final["wait_s"], cfg.logdir), flush=True)

@@ -7,6 +7,7 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
+    "run": "edgemesh_tf.cli.run",
     "train": "edgemesh_tf.cli.train",
     "tf-config": "edgemesh_tf.cli.tf_config",
     "server": "edgemesh_tf.cli.server",

@@ -35,9 +35,9 @@ class LoadedPlan:
 
 def _group_dict(g: GroupPlan) -> dict:
     p = g.prediction
-    per_device = lambda values, nd: {n: round(v, nd) if nd else int(v) for n, v in zip(g.names, values)}
+    per_device = lambda values, nd: {n: round(float(v), nd) if nd else int(v) for n, v in zip(g.names, values)}
     return {**g.layout.to_dict(), "predicted": {
-        "batch": g.batch, "step_ms": round(p.step_ms, 3), "ps_sync_ms": round(p.ps_sync_ms, 3),
+        "batch": int(g.batch), "step_ms": round(float(p.step_ms), 3), "ps_sync_ms": round(float(p.ps_sync_ms), 3),
         "names": list(g.names), "memory_bytes": per_device(p.memory_bytes, 0),
         "compute_ms": per_device(p.compute_ms, 3), "comm_ms": per_device(p.comm_ms, 3)}}
 
@@ -62,8 +62,8 @@ def write_plan(plan: Plan, path: str) -> None:
     if len(plan.groups) == 1:
         body = _dump(_group_dict(plan.groups[0]))
     else:
-        body = _dump({"predicted": {"examples_per_sec": round(plan.examples_per_sec, 3),
-                                    "commit_interval": plan.commit_interval},
+        body = _dump({"predicted": {"examples_per_sec": round(float(plan.examples_per_sec), 3),
+                                    "commit_interval": int(plan.commit_interval)},
                       "groups": [_group_dict(g) for g in plan.groups]})
     if os.path.dirname(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)

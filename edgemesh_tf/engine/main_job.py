@@ -1,0 +1,115 @@
+"""The main job, end to end: testbed -> profile -> plan -> hybrid training -> summary.
+
+    summary = run_main_job(MainJob(cluster="layouts/edge4.yaml", logdir="runs/run-1"), emit=print)
+
+Starts the emulated testbed of the cluster file (or uses the real servers at its addresses),
+profiles every worker (`profile.run.profile_workers`), plans groups and filter division
+(`planner.plan`), writes both to the run directory, trains with the chosen strategy until the
+target accuracy or the time budget, writes TensorBoard logs to `<logdir>/tb`, and returns (and
+writes to `<logdir>/summary.json`) the summary: accuracy, times, throughput per device and where
+each group's time went (setup_s: testbed, profiling, planning, process start-up and teardown).
+The testbed is torn down on the way out, also on errors.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from typing import Callable
+
+from edgemesh_tf.cluster.spec import load_cluster
+from edgemesh_tf.data import load_dataset
+from edgemesh_tf.engine.config import SyncConfig
+from edgemesh_tf.engine.job import groups_of_plan, job_config, run_job
+from edgemesh_tf.models import get_model
+from edgemesh_tf.planner import format_table, load_plan, plan, write_plan
+from edgemesh_tf.profile.run import profile_workers
+from edgemesh_tf.profile.types import save_profile
+
+_MIB = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class MainJob:
+    """The main job's settings (defaults: the built-in default job). Times in s; batch: examples
+    per group per local iteration."""
+
+    cluster: str = "layouts/edge4.yaml"
+    model: str = "vgg"
+    dataset: str = "digits"
+    data_path: str | None = None
+    sync: SyncConfig = dataclasses.field(default_factory=SyncConfig)
+    batch: int = 32
+    target_accuracy: float | None = 0.97
+    time_budget_s: float = 240.0
+    eval_interval_s: float = 1.0
+    checkpoint_interval_s: float = 10.0
+    logdir: str = "runs/main"
+    emulate: bool = True
+    learning_rate: float = 0.02
+    seed: int = 0
+
+
+@contextlib.contextmanager
+def _testbed(cluster, emulate: bool):
+    """Yields (EmulatedCluster or None, chief target, {device: server pid or None}, testbed summary)."""
+    if emulate:
+        from edgemesh_tf.cluster.emulator import emulated_cluster
+        with emulated_cluster(cluster) as em:
+            yield em, em.session_target, {n: d.pid for n, d in em.devices.items()}, \
+                {"network": em.network, "compute": em.compute}
+    else:
+        yield None, "grpc://" + cluster.master.address, {d.name: None for d in cluster.devices}, \
+            {"network": "real", "compute": "real"}
+
+
+def _device_info(cluster, profile, result) -> dict:
+    info = {d.name: {"speed": d.speed} for d in cluster.workers}
+    for d in profile.devices:
+        if d.peak_memory_bytes:
+            info[d.name]["measured_memory_mib"] = d.peak_memory_bytes / _MIB
+    for g in result.groups:
+        for name, mem in zip(g.names, g.prediction.memory_bytes):
+            info[name].update(predicted_memory_mib=mem / _MIB, predicted_step_ms=g.prediction.step_ms)
+    return info
+
+
+def run_main_job(job: MainJob, emit: Callable[[dict], None] = lambda rec: None) -> dict:
+    """Runs the job (see the module docstring); returns the summary."""
+    cluster = load_cluster(job.cluster)
+    data = load_dataset(job.dataset, job.data_path)
+    spec = get_model(job.model, data.image_shape, data.num_classes)
+    os.makedirs(job.logdir, exist_ok=True)
+    t_start = time.monotonic()
+    with _testbed(cluster, job.emulate) as (em, target, pids, testbed):
+        emit({"event": "testbed", **testbed})
+        t0 = time.monotonic()
+        profile = profile_workers(cluster, spec, job.batch, target, pids)
+        profile_path = os.path.join(job.logdir, "profile.json")
+        save_profile(profile, profile_path)
+        result = plan(profile, spec, batch=job.batch)
+        plan_path = os.path.join(job.logdir, "plan.yaml")
+        write_plan(result, plan_path)
+        emit({"event": "planned", "profile_s": round(time.monotonic() - t0, 1), "profile": profile_path,
+              "plan": plan_path, "table": format_table(result)})
+        groups = groups_of_plan(cluster, load_plan(plan_path), plan_path, job.batch)
+        cfg = job_config(cluster, groups, model=job.model, dataset=job.dataset, data_path=job.data_path,
+                         learning_rate=job.learning_rate, seed=job.seed, eval_interval_s=job.eval_interval_s,
+                         checkpoint_interval_s=job.checkpoint_interval_s, time_budget_s=job.time_budget_s,
+                         target_accuracy=job.target_accuracy, logdir=job.logdir, sync=job.sync,
+                         device_info=_device_info(cluster, profile, result))
+        final = run_job(cfg, cluster, emulate=job.emulate, emit=emit, testbed=em)
+    summary = {"cluster": job.cluster, "model": job.model, "dataset": job.dataset, "strategy": job.sync.strategy,
+               "testbed": testbed, "setup_s": round(time.monotonic() - t_start - final["t"], 1),
+               "train_s": final["t"], "accuracy": final["accuracy"], "target_accuracy": job.target_accuracy,
+               "time_to_target_s": final["time_to_target_s"], "why": final["why"],
+               "phase_transitions": final["phase_transitions"], "global_steps": final["global_steps"],
+               "examples_per_sec": round(sum(g["examples_per_sec"] for g in final["group_time"].values()), 1),
+               "bytes_sent": final["bytes_sent"], "wait_s": final["wait_s"], "devices": final["devices"],
+               "group_time": final["group_time"], "plan": plan_path, "profile": profile_path,
+               "logdir": job.logdir, "tensorboard": "tensorboard --logdir %s" % os.path.join(job.logdir, "tb")}
+    with open(os.path.join(job.logdir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    return summary
