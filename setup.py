@@ -15,6 +15,7 @@ setup(
         "numpy",
         "PyYAML",
         "scikit-learn",
+        "matplotlib",
     ],
     entry_points={"console_scripts": ["edgemesh=edgemesh_tf.cli.main:run"]},
 )

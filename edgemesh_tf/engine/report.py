@@ -2,8 +2,9 @@
 
 Tags (see summaries/writers.py for the run directories):
   total:    accuracy, loss (training loss of the global model), phase (0 profiling, 1 AHL, 2 SHL,
-            3 train), examples_per_sec, bytes_sent, bytes_received, waiting_s; text "layout"
-            (markdown table), "phase_switches"; image "layout"; hparams.
+            3 train), examples_per_sec, bytes_sent, bytes_received, waiting_s; texts
+            "layout_table" (markdown), "phase_switches"; image "layout_picture"; hparams. (One tag
+            per plugin: TensorBoard gives a tag to the first plugin that writes it.)
   <group>:  group/examples_per_sec, group/waiting_s, group/bytes_sent, group/bytes_received,
             group/compression_ratio, group/local_steps, group/loss
   <device>: device/compute_gflops (FLOP/s of its share of its group's iterations, in GFLOP/s),
@@ -62,10 +63,10 @@ class JobReport:
         """Writes the layout picture and table; returns the markdown table."""
         rows = self._rows(measured)
         table = layout_view.markdown_table(rows)
-        self.tb.text("total", "layout", table, elapsed_s)
+        self.tb.text("total", "layout_table", table, elapsed_s)
         png = layout_view.render_png(rows, title="%s, %d group(s)" % (self.cfg.model, len(self.groups)))
         width, height = _png_size(png)
-        self.tb.image("total", "layout", png, width, height, elapsed_s)
+        self.tb.image("total", "layout_picture", png, width, height, elapsed_s)
         self.tb.flush()
         return table
 

@@ -32,7 +32,7 @@ class Writers:
     def text(self, writer: str, tag: str, markdown: str, elapsed_s: float) -> None:
         """A text-plugin entry (markdown)."""
         from tensorboard.plugins.text import metadata
-        tensor = tf.make_tensor_proto([markdown], dtype=tf.string)
+        tensor = tf.make_tensor_proto(markdown, dtype=tf.string)  # rank 0: rendered as one markdown document
         meta = tf.SummaryMetadata.FromString(  # tensorboard's own proto class: convert through bytes
             metadata.create_summary_metadata(display_name=tag, description="").SerializeToString())
         summary = tf.Summary(value=[tf.Summary.Value(tag=tag, tensor=tensor, metadata=meta)])

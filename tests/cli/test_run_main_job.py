@@ -1,0 +1,107 @@
+"""`edgemesh run`, the main job, on emulated edge4: its summary matches its TensorBoard event files,
+and TensorBoard shows the layout table, the layout picture and the throughput charts in headless
+Chromium (screenshots saved in the run directory)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from browser import DEEP_ELEMENTS, DEEP_TEXT, Chromium, free_port, wait_http  # noqa: E402
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+DEVICES = ("edge0", "edge1", "edge2", "edge3")
+
+
+@pytest.fixture(scope="module")
+def main_run(tmp_path_factory):
+    logdir = str(tmp_path_factory.mktemp("main") / "run")
+    out = subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", "run", "--logdir", logdir,
+                          "--time_budget_s", "40", "--target_accuracy", "0.97", "--shl_loss", "0.5",
+                          "--eval_interval_s", "0.5"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with open(os.path.join(logdir, "summary.json")) as f:
+        summary = json.load(f)
+    return logdir, out.stdout, summary
+
+
+def _events(logdir, run):
+    ea = EventAccumulator(os.path.join(logdir, "tb", run), size_guidance={"scalars": 0, "tensors": 0, "images": 0})
+    ea.Reload()
+    return ea
+
+
+def test_summary_is_printed_and_matches_the_event_files(main_run):
+    logdir, stdout, summary = main_run
+    assert "where the time went" in stdout and "tensorboard --logdir %s/tb" % logdir in stdout
+    for f in ("plan.yaml", "profile.json", "summary.json"):
+        assert os.path.exists(os.path.join(logdir, f))
+    total = _events(logdir, "total")
+    tags = total.Tags()
+    for tag in ("accuracy", "loss", "phase", "examples_per_sec", "bytes_sent", "waiting_s", "hparams/final_accuracy"):
+        assert tag in tags["scalars"], tag
+    for tag in ("layout_table", "phase_switches", "custom_scalars__config__", "_hparams_/session_start_info"):
+        assert tag in tags["tensors"], tag
+    assert "layout_picture" in tags["images"]
+    table = total.Tensors("layout_table")[-1].tensor_proto
+    assert "| conv1 |" in table.string_val[0].decode() and not table.tensor_shape.dim  # one markdown document
+    # the summary's figures are the event files' figures
+    assert summary["accuracy"] == pytest.approx(total.Scalars("accuracy")[-1].value, abs=1e-4)
+    assert summary["bytes_sent"] == pytest.approx(total.Scalars("bytes_sent")[-1].value, rel=1e-6)
+    assert summary["train_s"] == pytest.approx(total.Scalars("hparams/train_s")[-1].value, abs=1e-3)
+    # the phase goes profiling -> AHL -> SHL
+    phases = [s.value for s in total.Scalars("phase")]
+    assert phases == sorted(phases) and {0.0, 1.0, 2.0} <= set(phases), phases
+    assert [p for p, _, _ in summary["phase_transitions"]] == ["profiling", "ahl", "shl"]
+    rates = {}
+    for d in DEVICES:
+        ea = _events(logdir, d)
+        for tag in ("device/compute_gflops", "device/utilisation", "device/waiting_s", "device/bytes_sent",
+                    "group/examples_per_sec", "group/waiting_s", "group/bytes_sent", "group/compression_ratio"):
+            assert tag in ea.Tags()["scalars"], (d, tag)
+        values = [s.value for s in ea.Scalars("device/compute_gflops")]
+        rates[d] = sum(values) / len(values)
+        assert summary["devices"][d]["compute_gflops"] > 0
+    # the fastest device (speed 1) computes at least twice as fast as the slowest (speed 0.25)
+    assert rates["edge0"] >= 2 * rates["edge3"], rates
+    assert summary["devices"]["edge0"]["compute_gflops"] >= 2 * summary["devices"]["edge3"]["compute_gflops"]
+
+
+def test_tensorboard_shows_layout_and_throughput_in_headless_chromium(main_run):
+    logdir, _, _ = main_run
+    port = free_port()
+    tb = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", os.path.join(logdir, "tb"),
+                           "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shots = os.path.join(logdir, "screenshots")
+    os.makedirs(shots, exist_ok=True)
+    try:
+        url = "http://127.0.0.1:%d/" % port
+        wait_http(url + "data/logdir", 120, "tensorboard")
+        browser = Chromium()
+        try:
+            browser.goto(url + "#text")
+            browser.wait_for(lambda t: t and "conv1" in t and "GFLOP per step" in t, DEEP_TEXT, 90,
+                             "the layout table (text plugin)")
+            browser.screenshot(os.path.join(shots, "layout_table.png"))
+            browser.goto(url + "#images")
+            browser.wait_for(lambda els: any("individualImage" in e["src"] and e["width"] > 100 for e in els or []),
+                             DEEP_ELEMENTS % '["img"]', 90, "the layout picture (images plugin)")
+            browser.screenshot(os.path.join(shots, "layout_picture.png"))
+            browser.goto(url + "#custom_scalars")
+            browser.wait_for(lambda t: t and "compute rate (GFLOP/s)" in t and "utilisation" in t, DEEP_TEXT, 90,
+                             "the throughput charts (custom scalars)")
+            browser.wait_for(lambda els: len([e for e in els or [] if e["width"] > 100]) >= 2,
+                             DEEP_ELEMENTS % '["canvas", "svg"]', 90, "drawn throughput charts")
+            browser.screenshot(os.path.join(shots, "throughput.png"))
+        finally:
+            browser.close()
+    finally:
+        tb.terminate()
+        tb.wait(30)
+    for name in ("layout_table.png", "layout_picture.png", "throughput.png"):
+        with open(os.path.join(shots, name), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
