@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_ARGS ?=
 
-.PHONY: install run test bench clean
+.PHONY: install browser run test bench clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,11 @@ install: $(STAMP)
 run: install
 	$(BIN)/edgemesh run $(RUN_ARGS)
 
-test: install
+# The TensorBoard browser test drives Debian's headless Chromium (needs root to install it).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: install browser
 	$(BIN)/python -m pytest -q tests
 
 # Benchmarks print JSON; the emulated ones need root (network namespaces, cgroups).
@@ -27,6 +31,7 @@ bench: install
 	$(BIN)/python bench/uneven_split.py
 	$(BIN)/python bench/emulation.py --cluster layouts/edge4.yaml
 	$(BIN)/python bench/planner.py --cluster layouts/edge4.yaml
+	$(BIN)/python bench/time_to_accuracy.py --cluster layouts/edge4.yaml
 
 clean:
 	rm -rf $(VENV) build *.egg-info
