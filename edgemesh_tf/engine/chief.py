@@ -26,6 +26,7 @@ from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.control import CUMULATIVE
 from edgemesh_tf.engine.graph import build_replica_graph
 from edgemesh_tf.engine.report import JobReport
+from edgemesh_tf.engine.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models import get_model
@@ -73,7 +74,9 @@ class Chief:
     # -- plumbing --
 
     def _run(self, sess, fetches, feeds=None):
-        return sess.run(fetches, feeds, options=tf.RunOptions(timeout_in_ms=int(self.cfg.wait_timeout_s * 1000)))
+        """Everything the chief runs is a read or a whole-value assign, so it may be retried."""
+        return run_idempotent(sess, fetches, feeds, timeout_s=self.cfg.wait_timeout_s,
+                              what="chief, on the ps %s / chief %s" % (self.cfg.ps_device, self.cfg.chief_device))
 
     def _record(self, rec: dict) -> None:
         self.log.write(json.dumps(rec) + "\n")

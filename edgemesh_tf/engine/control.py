@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from edgemesh_tf.engine.rpc import run_idempotent
 from edgemesh_tf.engine.rules import PHASES, GroupControl
 from edgemesh_tf.mesh.compat import tf
 
@@ -50,7 +51,8 @@ class ControlBoard:
 
     def initialize(self, sess, timeout_s: float) -> None:
         """Chief only, before the ps raises its ready flag: zeroes every vector."""
-        sess.run(self._init, options=tf.RunOptions(timeout_in_ms=int(timeout_s * 1000)))
+        run_idempotent(sess, self._init, timeout_s=timeout_s, what="initialising the control board on %s"
+                       % self.ps_device)
 
     # -- fetches (combine them with other fetches in one sess.run) --
 
@@ -86,7 +88,8 @@ class ControlBoard:
             raise KeyError("control board has no vectors %s" % sorted(unknown))
         ops = [self._assigns[n] for n in vectors]
         feeds = {self._feeds[n]: np.asarray(v, np.float64) for n, v in vectors.items()}
-        sess.run(ops, feeds, options=tf.RunOptions(timeout_in_ms=int(timeout_s * 1000)))
+        run_idempotent(sess, ops, feeds, timeout_s=timeout_s,
+                       what="writing %s on %s" % (", ".join(sorted(vectors)), self.ps_device))
 
     def write_global(self, sess, phase: str, stop: bool, heartbeat: float, timeout_s: float) -> None:
         self.write(sess, {"control/global": [PHASES.index(phase), float(stop), heartbeat]}, timeout_s)

@@ -23,6 +23,7 @@ from edgemesh_tf.engine import rules
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.control import CUMULATIVE
 from edgemesh_tf.engine.graph import ReplicaGraph, build_replica_graph
+from edgemesh_tf.engine.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import layout_from_dict
 from edgemesh_tf.models import get_model
@@ -73,7 +74,9 @@ class GroupRunner:
         return sess.run(fetches, feeds, options=tf.RunOptions(timeout_in_ms=self.timeout_ms))
 
     def _read(self, sess) -> dict:
-        vals = self._run(sess, {**self.g.board.control_fetches(), **self.g.counters})
+        vals = run_idempotent(sess, {**self.g.board.control_fetches(), **self.g.counters},
+                              timeout_s=self.cfg.wait_timeout_s,
+                              what="group %s reading the control board on %s" % (self.name, self.cfg.ps_device))
         heartbeat = vals["control/global"][2]
         if heartbeat > 0 and time.time() - heartbeat > self.cfg.wait_timeout_s:
             raise ChiefLost("group %s: the chief's heartbeat on %s is %.0f s old (limit %.0f s); stopping"
