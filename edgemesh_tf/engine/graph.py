@@ -62,7 +62,7 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
                                       collections=[tf.GraphKeys.LOCAL_VARIABLES], name="anchor/" + n)
                        for n, v in masters.items()}
             local += list(anchors.values())
-            pulled = ps.pull(device=device)
+            pulled = ps.pull(device=device, group=group)
             pull = tf.group(*[masters[n].assign(pulled[n], read_value=False) for n in masters],
                             *[anchors[n].assign(pulled[n], read_value=False) for n in masters], name="pull")
             ratio = tf.placeholder(tf.float32, [], name="ratio")

@@ -83,8 +83,11 @@ class GroupRunner:
                             % (self.name, self.cfg.ps_device, time.time() - heartbeat, self.cfg.wait_timeout_s))
         return vals
 
+    def _counts(self, vals, what: str) -> dict[str, int]:
+        return {g: int(vals["%s/%s" % (what, g)]) for g in self.cfg.group_names}
+
     def _commits(self, vals) -> dict[str, int]:
-        return {g: int(vals["commits/" + g]) for g in self.cfg.group_names}
+        return self._counts(vals, "commits")
 
     def _wait(self, sess, passed, what: str, timeout_s: float | None = None) -> tuple[float, dict]:
         """Polls the board until passed(vals) or the stop flag, at most timeout_s (default: the job's
@@ -179,12 +182,21 @@ class GroupRunner:
         if rule.wait == "staleness":
             waited, vals = self._wait(sess, lambda v: rules.staleness_passed(
                 own, rule.bound, self._commits(v), board.controls_of(v)), "the slowest group (staleness bound)")
+            if board.stopped(vals):  # the wait ended on the stop flag, not on the bound: no new round
+                return
         seen = self._commits(vals)
         t0 = time.monotonic()
         self._run(sess, self.g.pull)
         self._run(sess, self.g.train.copy_masters_to_slices)
         pull_s = time.monotonic() - t0
         n, losses, step_s = self._train_steps(sess, rule, self._batches(controls))
+        if rule.wait == "barrier":  # BSP: nobody pushes round r+1 before every live group has pulled it
+            w, vals = self._wait(sess, lambda v: rules.barrier_passed(own + 1, self._counts(v, "pulls"),
+                                                                      board.controls_of(v)),
+                                 "every live group's pull %d (barrier)" % (own + 1))
+            waited += w
+            if board.stopped(vals):
+                return
         t1 = time.monotonic()
         self._run(sess, self.g.train.copy_slices_to_masters)
         push = self.g.push_dense if rule.ratio >= 1.0 else self.g.push_sparse

@@ -92,6 +92,7 @@ class ParameterServer:
         with tf.device(ps_device), tf.variable_scope(scope, reuse=tf.AUTO_REUSE):
             self.vars = {n: self._var(n, self.shapes[n], tf.float32) for n in names}
             self.commits = {g: self._var("commits/" + g, (), tf.int64) for g in self.groups}
+            self.pulls = {g: self._var("pulls/" + g, (), tf.int64) for g in self.groups}
             self.version = self._var("version", (), tf.int64)
             self.rejected = self._var("rejected", (), tf.int64)
             self.ready = self._var("ready", (), tf.int64)
@@ -111,11 +112,13 @@ class ParameterServer:
                 assigns = [self.vars[n].assign(self._init_feeds[n], read_value=False) for n in self.names]
                 zero = tf.constant(0, tf.int64)
                 assigns += [v.assign(zero, read_value=False)
-                            for v in list(self.commits.values()) + [self.version, self.rejected, self.ready]]
+                            for v in list(self.commits.values()) + list(self.pulls.values())
+                            + [self.version, self.rejected, self.ready]]
                 self._init_values = tf.group(*assigns)
                 self._set_ready = self.ready.assign(1, read_value=False)
                 self._zero_counters = tf.group(*[v.assign(zero, read_value=False) for v in
-                                                 list(self.commits.values()) + [self.version, self.rejected]])
+                                                 list(self.commits.values()) + list(self.pulls.values())
+                                                 + [self.version, self.rejected]])
                 self._is_ready = self.ready.is_initialized()
                 self._ready_value = self.ready.read_value()
 
@@ -130,12 +133,18 @@ class ParameterServer:
             with tf.control_dependencies(bumps):
                 return self.version.assign_add(one)
 
-    def pull(self, device: str | None = None) -> dict[str, tf.Tensor]:
+    def pull(self, device: str | None = None, group: str | None = None) -> dict[str, tf.Tensor]:
         """{name: tensor}: the global tensors, read on the ps and copied to `device` (default: the
-        current device scope). Moves `pull_bytes` bytes."""
+        current device scope). Moves `pull_bytes` bytes. With `group`, the reads also count a pull of
+        that group ("pulls/<group>", e.g. for BSP: nobody pushes round r+1 before all pulled it)."""
         with tf.name_scope(self.scope + "_pull"):
             with tf.device(self.ps_device):
                 reads = {n: self.vars[n].read_value() for n in self.names}
+                if group is not None:
+                    with tf.control_dependencies(list(reads.values())):
+                        bump = self.pulls[group].assign_add(1, read_value=False)
+                    with tf.control_dependencies([bump]):
+                        reads = {n: tf.identity(r) for n, r in reads.items()}
             with tf.device(device):
                 return {n: tf.identity(r, name=n) for n, r in reads.items()}
 
@@ -201,9 +210,11 @@ class ParameterServer:
         return Push(version=version, accepted=ok, nbytes=-1)
 
     def counters(self) -> dict[str, tf.Tensor]:
-        """{"commits/<group>": int64, ..., "version": int64, "rejected": int64} read on the ps."""
+        """{"commits/<group>": int64, "pulls/<group>": int64, ..., "version": int64, "rejected": int64}
+        read on the ps."""
         with tf.name_scope(self.scope + "_counters"), tf.device(self.ps_device):
             out = {"commits/" + g: v.read_value() for g, v in self.commits.items()}
+            out.update({"pulls/" + g: v.read_value() for g, v in self.pulls.items()})
             out["version"] = self.version.read_value()
             out["rejected"] = self.rejected.read_value()
         return out
