@@ -127,8 +127,10 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
     """Runs the job to its stop condition; returns the chief's final record (plus group exit codes).
     testbed: an already running `EmulatedCluster` of `cluster` to use (and leave running)."""
     by_device = {d.device_string: d.name for d in cluster.devices}
+    started_here = testbed is None
     with _servers(cluster, emulate, up_kwargs or {}, testbed) as (target, devices, testbed):
-        emit({"event": "testbed", **testbed})
+        if started_here:  # a caller that passed its testbed has said what it is
+            emit({"event": "testbed", **testbed})
         launch = {g.name: devices[by_device[g.layout["devices"][0]]] for g in cfg.groups}
         groups = GroupProcesses(cfg, launch)
         try:
