@@ -13,6 +13,7 @@ the count).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -216,8 +217,7 @@ class Chief:
             count = self.search.update(t, l)
             timer = self.sync.adsp_period_s / count
             if abs(timer - next(iter(self.controls.values())).timer_s) > 1e-9:
-                self.controls = {g: rules.GroupControl(**{**c.__dict__, "timer_s": timer})
-                                 for g, c in self.controls.items()}
+                self.controls = {g: dataclasses.replace(c, timer_s=timer) for g, c in self.controls.items()}
                 self.g.board.write_controls(sess, self.controls, self.cfg.wait_timeout_s)
                 self._record({"event": "adsp", "t": round(self.elapsed(), 3), "commits_per_period": count})
 
@@ -314,10 +314,8 @@ class Chief:
         total_rate, group_rates = rates["total"], rates["groups"]
         sent = sum(t["bytes_sent"] for t in totals.values())
         budget_left = self.cfg.time_budget_s - now
-        if self.cfg.max_steps and total_rate > 0:
-            rate = steps / max(now - self.elapsed_before, 1e-9) if now > self.elapsed_before else 0.0
-            if rate > 0:
-                budget_left = min(budget_left, (self.cfg.max_steps - steps) / rate)
+        if self.cfg.max_steps and steps and now > self.elapsed_before:
+            budget_left = min(budget_left, (self.cfg.max_steps - steps) * (now - self.elapsed_before) / steps)
         self._record({"event": "eval", "t": round(now, 3), "phase": self.phase, "accuracy": round(accuracy, 4),
                       "loss": round(loss, 5), "global_steps": steps, "examples_per_sec": round(total_rate, 1),
                       "group_examples_per_sec": {g: round(r, 1) for g, r in group_rates.items()},

@@ -83,19 +83,24 @@ class ControlBoard:
 
     def write(self, sess, vectors: Mapping[str, Sequence[float]], timeout_s: float) -> None:
         """Assigns whole vectors, e.g. {"control/global": [...], "control/g0": [...]}."""
+        ops, feeds = self.assigns(vectors)
+        run_idempotent(sess, ops, feeds, timeout_s=timeout_s,
+                       what="writing %s on %s" % (", ".join(sorted(vectors)), self.ps_device))
+
+    def assigns(self, vectors: Mapping[str, Sequence[float]]) -> tuple[list, dict]:
+        """(ops, feeds) that assign whole vectors: to run with other fetches in one sess.run."""
         unknown = set(vectors) - set(self._feeds)
         if unknown:
             raise KeyError("control board has no vectors %s" % sorted(unknown))
-        ops = [self._assigns[n] for n in vectors]
-        feeds = {self._feeds[n]: np.asarray(v, np.float64) for n, v in vectors.items()}
-        run_idempotent(sess, ops, feeds, timeout_s=timeout_s,
-                       what="writing %s on %s" % (", ".join(sorted(vectors)), self.ps_device))
+        return ([self._assigns[n] for n in vectors],
+                {self._feeds[n]: np.asarray(v, np.float64) for n, v in vectors.items()})
+
+    def stats_vector(self, group: str, stats: Mapping[str, float]) -> dict[str, list[float]]:
+        """{"stats/<group>": vector} of a group's report (missing fields are 0)."""
+        return {"stats/" + group: [float(stats.get(f, 0.0)) for f in STAT_FIELDS]}
 
     def write_global(self, sess, phase: str, stop: bool, heartbeat: float, timeout_s: float) -> None:
         self.write(sess, {"control/global": [PHASES.index(phase), float(stop), heartbeat]}, timeout_s)
 
     def write_controls(self, sess, controls: Mapping[str, GroupControl], timeout_s: float) -> None:
         self.write(sess, {"control/" + g: c.to_vector() for g, c in controls.items()}, timeout_s)
-
-    def write_stats(self, sess, group: str, stats: Mapping[str, float], timeout_s: float) -> None:
-        self.write(sess, {"stats/" + group: [float(stats.get(f, 0.0)) for f in STAT_FIELDS]}, timeout_s)

@@ -67,6 +67,7 @@ class GroupRunner:
         self.totals = {f: 0.0 for f in CUMULATIVE}
         self.profile, self._prof_steps, self._prof_comm = {}, [], []
         self._share, self._stream, self._round = None, None, 0
+        self._pending = None  # the last round's report, written with the next read of the board
         os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
         self.log = open(os.path.join(cfg.logdir, "groups", self.name + ".jsonl"), "a")
 
@@ -74,9 +75,13 @@ class GroupRunner:
         return sess.run(fetches, feeds, options=tf.RunOptions(timeout_in_ms=self.timeout_ms))
 
     def _read(self, sess) -> dict:
-        vals = run_idempotent(sess, {**self.g.board.control_fetches(), **self.g.counters},
+        """The control board and the counters; the report of the last round rides along (one round
+        trip to the ps instead of two)."""
+        ops, feeds = self.g.board.assigns(self._pending) if self._pending else ([], None)
+        vals = run_idempotent(sess, [{**self.g.board.control_fetches(), **self.g.counters}, ops], feeds,
                               timeout_s=self.cfg.wait_timeout_s,
-                              what="group %s reading the control board on %s" % (self.name, self.cfg.ps_device))
+                              what="group %s reading the control board on %s" % (self.name, self.cfg.ps_device))[0]
+        self._pending = None
         heartbeat = vals["control/global"][2]
         if heartbeat > 0 and time.time() - heartbeat > self.cfg.wait_timeout_s:
             raise ChiefLost("group %s: the chief's heartbeat on %s is %.0f s old (limit %.0f s); stopping"
@@ -226,7 +231,7 @@ class GroupRunner:
                "accepted": bool(out["accepted"]), "version": int(out["version"]), "wait_s": round(waited, 4)}
         self.log.write(json.dumps(rec) + "\n")
         self.log.flush()
-        self._report(sess, loss=rec["loss"], round_s=time.time() - t_start)
+        self._pending = self._stats(rec["loss"], round_s=time.time() - t_start)
 
     def _profile_update(self, step_s, pull_s, push_s):
         """ASHL's profiling pre-training: after PROFILE_ROUNDS rounds (of profile_steps iterations), the
@@ -240,11 +245,17 @@ class GroupRunner:
                 "profile_push_ms": 1000 * min(p for _, p in self._prof_comm),
                 "profiled": 1.0}
 
-    def _report(self, sess, loss: float, round_s: float = 0.0, done: bool = False):
+    def _stats(self, loss: float, round_s: float = 0.0, done: bool = False) -> dict:
         self._last_loss = loss
-        self.g.board.write_stats(sess, self.name, {**self.totals, **self.profile, "loss": loss,
-                                                   "heartbeat": time.time(), "round_s": round_s, "done": float(done)},
-                                 self.cfg.wait_timeout_s)
+        return self.g.board.stats_vector(self.name, {**self.totals, **self.profile, "loss": loss,
+                                                     "heartbeat": time.time(), "round_s": round_s,
+                                                     "done": float(done)})
+
+    def _report(self, sess, loss: float, done: bool = False):
+        """Writes the report now (at start-up and after the last round; rounds send theirs with
+        the next read)."""
+        self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss, done=done)}, self.cfg.wait_timeout_s)
+        self._pending = None
 
 
 def main(argv=None) -> int:

@@ -10,6 +10,7 @@ the job ends; their output goes to `<logdir>/groups/<name>.log`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import subprocess
@@ -103,23 +104,37 @@ def _tail(path: str, lines: int = 15) -> str:
         return ""
 
 
-def _testbed_view(em):
-    return em.session_target, {n: (d.netns, d.local_target, d.step_delay_factor) for n, d in em.devices.items()}, \
-        {"network": em.network, "compute": em.compute}
+@dataclasses.dataclass(frozen=True)
+class Servers:
+    """The TF servers of a job. target: the chief's grpc target; launch: {device name: (network
+    namespace or None, grpc target for a client on the device, step delay factor)}; pids: {device
+    name: local server pid or None}; summary: {"network", "compute"}; testbed: the EmulatedCluster
+    if emulated."""
+
+    target: str
+    launch: dict
+    pids: dict
+    summary: dict
+    testbed: object = None
+
+
+def _of_testbed(em) -> Servers:
+    return Servers(em.session_target, {n: (d.netns, d.local_target, d.step_delay_factor) for n, d in em.devices.items()},
+                   {n: d.pid for n, d in em.devices.items()}, {"network": em.network, "compute": em.compute}, em)
 
 
 @contextlib.contextmanager
-def _servers(cluster: ClusterFile, emulate: bool, up_kwargs: dict, testbed=None):
-    """Yields (chief target, {device name: (netns, local target, step delay factor)}, summary)."""
-    if testbed is not None:
-        yield _testbed_view(testbed)
-    elif emulate:
+def reach_servers(cluster: ClusterFile, emulate: bool, up_kwargs: dict | None = None):
+    """Yields the `Servers` of `cluster`: its emulated testbed (started for the duration) or the real
+    servers at the file's addresses."""
+    if emulate:
         from edgemesh_tf.cluster.emulator import emulated_cluster
-        with emulated_cluster(cluster, **up_kwargs) as em:
-            yield _testbed_view(em)
+        with emulated_cluster(cluster, **(up_kwargs or {})) as em:
+            yield _of_testbed(em)
     else:
-        yield ("grpc://" + cluster.master.address, {d.name: (None, "grpc://" + d.address, 1.0) for d in cluster.devices},
-               {"network": "real", "compute": "real"})
+        yield Servers("grpc://" + cluster.master.address,
+                      {d.name: (None, "grpc://" + d.address, 1.0) for d in cluster.devices},
+                      {d.name: None for d in cluster.devices}, {"network": "real", "compute": "real"})
 
 
 def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
@@ -128,17 +143,18 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
     testbed: an already running `EmulatedCluster` of `cluster` to use (and leave running)."""
     by_device = {d.device_string: d.name for d in cluster.devices}
     started_here = testbed is None
-    with _servers(cluster, emulate, up_kwargs or {}, testbed) as (target, devices, testbed):
+    reach = reach_servers(cluster, emulate, up_kwargs) if started_here else contextlib.nullcontext(_of_testbed(testbed))
+    with reach as servers:
         if started_here:  # a caller that passed its testbed has said what it is
-            emit({"event": "testbed", **testbed})
-        launch = {g.name: devices[by_device[g.layout["devices"][0]]] for g in cfg.groups}
+            emit({"event": "testbed", **servers.summary})
+        launch = {g.name: servers.launch[by_device[g.layout["devices"][0]]] for g in cfg.groups}
         groups = GroupProcesses(cfg, launch)
         try:
-            final = Chief(cfg, target, emit=emit, check_groups=groups.check, wait_groups=groups.wait).run()
+            final = Chief(cfg, servers.target, emit=emit, check_groups=groups.check, wait_groups=groups.wait).run()
         finally:
             codes = groups.stop(cfg.wait_timeout_s)
         final["group_exit_codes"] = codes
-        final["testbed"] = testbed
+        final["testbed"] = servers.summary
         return final
 
 

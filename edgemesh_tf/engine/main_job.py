@@ -12,7 +12,6 @@ The testbed is torn down on the way out, also on errors.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -22,7 +21,7 @@ from typing import Callable
 from edgemesh_tf.cluster.spec import load_cluster
 from edgemesh_tf.data import load_dataset
 from edgemesh_tf.engine.config import SyncConfig
-from edgemesh_tf.engine.job import groups_of_plan, job_config, run_job
+from edgemesh_tf.engine.job import groups_of_plan, job_config, reach_servers, run_job
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import format_table, load_plan, plan, write_plan
 from edgemesh_tf.profile.run import profile_workers
@@ -52,19 +51,6 @@ class MainJob:
     seed: int = 0
 
 
-@contextlib.contextmanager
-def _testbed(cluster, emulate: bool):
-    """Yields (EmulatedCluster or None, chief target, {device: server pid or None}, testbed summary)."""
-    if emulate:
-        from edgemesh_tf.cluster.emulator import emulated_cluster
-        with emulated_cluster(cluster) as em:
-            yield em, em.session_target, {n: d.pid for n, d in em.devices.items()}, \
-                {"network": em.network, "compute": em.compute}
-    else:
-        yield None, "grpc://" + cluster.master.address, {d.name: None for d in cluster.devices}, \
-            {"network": "real", "compute": "real"}
-
-
 def _device_info(cluster, profile, result) -> dict:
     info = {d.name: {"speed": d.speed} for d in cluster.workers}
     for d in profile.devices:
@@ -83,10 +69,11 @@ def run_main_job(job: MainJob, emit: Callable[[dict], None] = lambda rec: None) 
     spec = get_model(job.model, data.image_shape, data.num_classes)
     os.makedirs(job.logdir, exist_ok=True)
     t_start = time.monotonic()
-    with _testbed(cluster, job.emulate) as (em, target, pids, testbed):
+    with reach_servers(cluster, job.emulate) as servers:
+        testbed = servers.summary
         emit({"event": "testbed", **testbed})
         t0 = time.monotonic()
-        profile = profile_workers(cluster, spec, job.batch, target, pids)
+        profile = profile_workers(cluster, spec, job.batch, servers.target, servers.pids)
         profile_path = os.path.join(job.logdir, "profile.json")
         save_profile(profile, profile_path)
         result = plan(profile, spec, batch=job.batch)
@@ -100,7 +87,7 @@ def run_main_job(job: MainJob, emit: Callable[[dict], None] = lambda rec: None) 
                          checkpoint_interval_s=job.checkpoint_interval_s, time_budget_s=job.time_budget_s,
                          target_accuracy=job.target_accuracy, logdir=job.logdir, sync=job.sync,
                          device_info=_device_info(cluster, profile, result))
-        final = run_job(cfg, cluster, emulate=job.emulate, emit=emit, testbed=em)
+        final = run_job(cfg, cluster, emulate=job.emulate, emit=emit, testbed=servers.testbed)
     summary = {"cluster": job.cluster, "model": job.model, "dataset": job.dataset, "strategy": job.sync.strategy,
                "testbed": testbed, "setup_s": round(time.monotonic() - t_start - final["t"], 1),
                "train_s": final["t"], "accuracy": final["accuracy"], "target_accuracy": job.target_accuracy,
