@@ -4,6 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 RUN_ARGS ?=
+QUICK ?=
 
 .PHONY: install browser run test bench clean
 
@@ -26,12 +27,11 @@ browser:
 test: install browser
 	$(BIN)/python -m pytest -q tests
 
-# Benchmarks print JSON; the emulated ones need root (network namespaces, cgroups).
+# Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; about 60 min.
+# QUICK=1: a ~10 min smoke run of the same pipeline into bench/quick/ (not evidence).
+# The emulated benchmarks need root (network namespaces, cgroups).
 bench: install
-	$(BIN)/python bench/uneven_split.py
-	$(BIN)/python bench/emulation.py --cluster layouts/edge4.yaml
-	$(BIN)/python bench/planner.py --cluster layouts/edge4.yaml
-	$(BIN)/python bench/time_to_accuracy.py --cluster layouts/edge4.yaml
+	$(BIN)/python bench/suite.py $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -44,7 +44,7 @@ def main():
     ap.add_argument("--dataset", default="digits", choices=sorted(IMAGE_SHAPES))
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=15, help="timed steps per layout")
-    ap.add_argument("--memory_models", default="vgg_wide,vgg", help="models of the memory comparison")
+    ap.add_argument("--memory_models", default="vgg_wide,vgg", help="models of the memory comparison ('' for none)")
     ap.add_argument("--memory_dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
     ap.add_argument("--memory_batch", type=int, default=16)
     args = ap.parse_args()
@@ -86,7 +86,7 @@ def main():
         out["planned_over_even_throughput"] = round(med["even"] / med["planned"], 3)
 
     out["memory"] = {}
-    for model in args.memory_models.split(","):
+    for model in [m for m in args.memory_models.split(",") if m]:
         mem_spec = get_model(model, IMAGE_SHAPES[args.memory_dataset], 10)
         peaks = {}
         for mode in ("one_device", "filter_split"):

@@ -58,11 +58,11 @@ def _summary(runs):
             "runs": runs}
 
 
-def run_cluster(path, names, args, workdir):
+def run_cluster(path, names, args, workdir, repeats):
     cluster = load_cluster(path)
     runs = {n: [] for n in names}
     with emulated_cluster(cluster) as em:
-        for rep in range(args.repeats):
+        for rep in range(repeats):
             for n in names:
                 logdir = os.path.join(workdir, cluster.name, f"{n}-{rep}")
                 cfg = job_config(cluster, default_groups(cluster, args.batch), sync=STRATEGIES[n],
@@ -77,11 +77,11 @@ def run_cluster(path, names, args, workdir):
                        "wall_s": round(time.monotonic() - t0, 1), "logdir": logdir,
                        "group_exit_codes": final["group_exit_codes"]}
                 runs[n].append(rec)
-                print(f"[{cluster.name} repeat {rep + 1}/{args.repeats}] {n}: target at "
+                print(f"[{cluster.name} repeat {rep + 1}/{repeats}] {n}: target at "
                       f"{rec['time_to_target_s']} s, final accuracy {rec['accuracy']}, "
                       f"{rec['bytes_sent'] / 1e6:.1f} MB sent, {rec['wait_s']:.1f} s waiting",
                       file=sys.stderr, flush=True)
-    return {"cluster": path, "compute": em.compute, "network": em.network,
+    return {"cluster": path, "repeats": repeats, "compute": em.compute, "network": em.network,
             "strategies": {n: _summary(r) for n, r in runs.items()}}
 
 
@@ -102,10 +102,14 @@ def main():
     p.add_argument("--eval_interval_s", type=float, default=0.5)
     p.add_argument("--batch", type=int, default=32, help="batch per group and local iteration")
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")
+    p.add_argument("--homo_strategies", default=",".join(HOMO_STRATEGIES),
+                   help="strategies run on --homo_cluster (comma-separated)")
+    p.add_argument("--homo_repeats", type=int, default=None, help="repeats on --homo_cluster (default: --repeats)")
     p.add_argument("--out", default=None, help="also write the JSON here")
     args = p.parse_args()
     names = [n for n in args.strategies.split(",") if n]
-    unknown = [n for n in names if n not in STRATEGIES]
+    homo_names = [n for n in args.homo_strategies.split(",") if n]
+    unknown = [n for n in names + homo_names if n not in STRATEGIES]
     if unknown:
         sys.exit(f"time_to_accuracy: unknown strategies {unknown}; expected some of {list(STRATEGIES)}")
     workdir = tempfile.mkdtemp(prefix="tta-")
@@ -113,7 +117,7 @@ def main():
            "repeats": args.repeats, "eval_interval_s": args.eval_interval_s, "model": "vgg", "dataset": "digits",
            "batch_per_group": args.batch, "logdirs": workdir, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
-    edge = run_cluster(args.cluster, names, args, workdir)
+    edge = run_cluster(args.cluster, names, args, workdir, args.repeats)
     out["heterogeneous"] = edge
     ratios = {"ashl_over_bsp": _ratio(edge, "ashl", "bsp") if {"ashl", "bsp"} <= set(names) else None,
               "ashl_over_adsp": _ratio(edge, "ashl", "adsp") if {"ashl", "adsp"} <= set(names) else None}
@@ -133,8 +137,7 @@ def main():
     if "ashl_topk1_ef" in names:
         checks["topk1_with_error_feedback_reaches_target"] = s["ashl_topk1_ef"]["time_to_target_s"] is not None
     if args.homo_cluster:
-        homo_names = [n for n in HOMO_STRATEGIES if n in names]
-        homo = run_cluster(args.homo_cluster, homo_names, args, workdir)
+        homo = run_cluster(args.homo_cluster, homo_names, args, workdir, args.homo_repeats or args.repeats)
         out["homogeneous"] = homo
         if set(HOMO_STRATEGIES) <= set(homo_names):
             r = _ratio(homo, "ashl", "bsp")

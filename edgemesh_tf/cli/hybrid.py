@@ -49,6 +49,10 @@ def define_flags(sync=None, logdir="runs/hybrid", time_budget_s=300.0, target_ac
     flags.DEFINE_float("eval_interval_s", 2.0, "Hybrid: seconds between the chief's evaluations.", lower_bound=0.05)
     flags.DEFINE_float("checkpoint_interval_s", 10.0, "Hybrid: seconds between checkpoints.", lower_bound=0.1)
     flags.DEFINE_float("wait_timeout_s", 60.0, "Hybrid: the longest wait for another process (s).", lower_bound=1.0)
+    flags.DEFINE_float("lost_after_s", 10.0, "Hybrid: a group silent for this long (s) is declared lost.",
+                       lower_bound=0.5)
+    flags.DEFINE_float("ps_timeout_s", 10.0, "Hybrid: stop the job when the ps has not answered for this long (s).",
+                       lower_bound=0.5)
     flags.DEFINE_float("startup_timeout_s", 180.0, "Hybrid: the longest wait for the group processes to start (s).",
                        lower_bound=1.0)
     flags.DEFINE_string("logdir", logdir, "Hybrid: run directory (checkpoints, TensorBoard, group logs).")
@@ -79,6 +83,11 @@ def progress_line(rec: dict) -> str | None:
     if e == "resume":
         return "resuming from %s: phase %s, %.1f s and %d steps done" % (
             rec["checkpoint"], rec["phase"], rec["elapsed_s"], rec["global_steps"])
+    if e == "lost":
+        return "[%7.1f s] LOST group %s (devices %s): %s; training continues with %s" % (
+            rec["t"], rec["group"], ", ".join(rec["devices"]), rec["why"].splitlines()[0], ", ".join(rec["live"]))
+    if e == "rejected":
+        return "[%7.1f s] %d update(s) rejected by the parameter server: %s" % (rec["t"], rec["rejected"], rec["why"])
     if e == "testbed":
         return "testbed: network %s, compute %s" % (rec["network"], rec["compute"])
     return None
@@ -107,14 +116,19 @@ def run(model: str, layout_path: str, layout_given: bool) -> None:
                          eval_interval_s=FLAGS.eval_interval_s, checkpoint_interval_s=FLAGS.checkpoint_interval_s,
                          time_budget_s=FLAGS.time_budget_s, target_accuracy=FLAGS.target_accuracy,
                          max_steps=FLAGS.steps if FLAGS["steps"].present else None,
-                         wait_timeout_s=FLAGS.wait_timeout_s, startup_timeout_s=FLAGS.startup_timeout_s, logdir=FLAGS.logdir, sync=sync_config())
+                         wait_timeout_s=FLAGS.wait_timeout_s, startup_timeout_s=FLAGS.startup_timeout_s,
+                         lost_after_s=FLAGS.lost_after_s, ps_timeout_s=FLAGS.ps_timeout_s, logdir=FLAGS.logdir,
+                         sync=sync_config())
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)
-    final = run_job(cfg, cluster, emulate=FLAGS.emulate, emit=print_progress)
+    try:
+        final = run_job(cfg, cluster, emulate=FLAGS.emulate, emit=print_progress)
+    except (RuntimeError, TimeoutError) as e:  # PSLost, every group lost, a wait that timed out
+        raise SystemExit("edgemesh train: %s" % e)
     print("done: %s; accuracy %.4f after %.1f s, %d steps, %.2f MB sent, %.1f s waiting; tensorboard --logdir %s/tb"
           % (final["why"], final["accuracy"], final["t"], final["global_steps"], final["bytes_sent"] / 1e6,
              final["wait_s"], cfg.logdir), flush=True)
     print(json.dumps({k: v for k, v in final.items() if k != "curve"}), flush=True)
-    bad = {g: c for g, c in final["group_exit_codes"].items() if c}
+    bad = {g: c for g, c in final["group_exit_codes"].items() if c and g not in final["lost_groups"]}
     if bad:
         sys.exit("edgemesh train: group processes exited with errors %s; see %s/groups/*.log" % (bad, cfg.logdir))

@@ -84,7 +84,7 @@ def main(argv):
 
     try:
         summary = run_main_job(job, emit=emit)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, RuntimeError, TimeoutError) as e:  # bad input, PSLost, every group lost
         raise SystemExit("edgemesh run: %s" % e)
     print(summary_text(summary), flush=True)
     print(json.dumps({k: v for k, v in summary.items() if k not in ("devices", "group_time")}), flush=True)

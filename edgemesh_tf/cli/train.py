@@ -52,7 +52,10 @@ def main(argv):
         layout = _layout_of_plan(load_plan(FLAGS.layout), FLAGS.layout, FLAGS.group)
         data = load_dataset(FLAGS.dataset, FLAGS.data_path)
         spec = get_model(FLAGS.model, data.image_shape, data.num_classes)
-        layout.validate(spec.dims(FLAGS.batch_size))
+        try:
+            layout.validate(spec.dims(FLAGS.batch_size))
+        except ValueError as e:
+            raise ValueError("%s: %s" % (FLAGS.layout, e)) from None
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)
     kwargs = dict(steps=FLAGS.steps, batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,

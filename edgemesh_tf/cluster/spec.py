@@ -16,10 +16,13 @@ no CPU limit, without `bandwidth_mbit` no rate limit, without `latency_ms` no ad
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Any, Mapping, Sequence
 
 import yaml
+
+from edgemesh_tf.errors import InputError
 
 ROLES = ("chief", "worker", "ps")
 _DEVICE_KEYS = ("name", "role", "host", "port", "speed", "memory_mib", "bandwidth_mbit", "latency_ms")
@@ -27,7 +30,7 @@ _TOP_KEYS = ("name", "devices", "cpu_budget_cores")
 DEFAULT_CPU_BUDGET_CORES = 1.7
 
 
-class ClusterFileError(ValueError):
+class ClusterFileError(InputError):
     """A cluster file is malformed; the message names the file, the device and the field."""
 
 
@@ -110,6 +113,8 @@ def _number(path, dev, field, value, *, positive: bool, integer: bool = False):
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (integer and not isinstance(value, int)):
         raise _err(path, dev, field, "must be a%s number, got %r" % ("n integer" if integer else "", value))
+    if not math.isfinite(value):
+        raise _err(path, dev, field, "must be a finite number, got %r" % (value,))
     if positive and value <= 0:
         raise _err(path, dev, field, "must be > 0, got %r" % (value,))
     if not positive and value < 0:
@@ -180,6 +185,8 @@ def load_cluster(path: str) -> ClusterFile:
             data = yaml.safe_load(f)
     except OSError as e:
         raise ClusterFileError("%s: cannot read: %s" % (path, e)) from e
+    except UnicodeDecodeError as e:
+        raise ClusterFileError("%s: not UTF-8 text: %s" % (path, e)) from e
     except yaml.YAMLError as e:
         raise ClusterFileError("%s: not valid YAML: %s" % (path, e)) from e
     return parse_cluster(data, path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 import time
 from typing import Callable
 
@@ -34,19 +35,36 @@ from edgemesh_tf.models import get_model
 from edgemesh_tf.sync import adsp, schedule
 
 TICK_S = 0.1
+PROBE_S = 3.0  # a parameter server that cannot answer a counter read in this time is gone
 EVAL_BATCH = 120
 LOSS_SUBSET = 512
 
 
+def _close_quietly(sess) -> None:
+    try:
+        sess.close()
+    except tf.errors.OpError:  # the ps (or the master) is gone: nothing left to release there
+        pass
+
+
+class PSLost(RuntimeError):
+    """The parameter server stopped answering; the message names its task."""
+
+
 class Chief:
-    """See the module docstring. check_groups: called every tick, raises if a group process died;
-    wait_groups(timeout_s): returns once the group processes have left after the stop flag.
-    emit: receives every record (e.g. the terminal progress printer)."""
+    """See the module docstring. exited_groups(): {group: what happened} of group processes that
+    have ended (called every tick); wait_groups(timeout_s): returns once the group processes have
+    left after the stop flag. emit: receives every record (e.g. the terminal progress printer).
+    request_stop(why) (e.g. from a SIGTERM handler) ends training at the next tick, with a checkpoint."""
 
     def __init__(self, cfg: JobConfig, target: str, emit: Callable[[dict], None] = lambda rec: None,
-                 check_groups: Callable[[], None] = lambda: None, wait_groups: Callable[[float], None] = lambda t: None):
+                 exited_groups: Callable[[], dict] = dict, wait_groups: Callable[[float], None] = lambda t: None):
         self.cfg, self.target, self.emit = cfg, target, emit
-        self.check_groups, self.wait_groups = check_groups, wait_groups
+        self.exited_groups, self.wait_groups = exited_groups, wait_groups
+        self.stop_request: str | None = None
+        self._heard: dict[str, tuple[float, float]] = {}  # group -> (last heartbeat value, monotonic time it changed)
+        self._rejected = 0
+        self.t0 = None
         self.sync = cfg.sync
         self.data = load_dataset(cfg.dataset, cfg.data_path)
         spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
@@ -74,10 +92,32 @@ class Chief:
 
     # -- plumbing --
 
+    def request_stop(self, why: str) -> None:
+        self.stop_request = why
+
+    def _ps_name(self) -> str:
+        name = self.cfg.device_names.get(self.cfg.ps_device)
+        return "%s (%s)" % (self.cfg.ps_device, name) if name else self.cfg.ps_device
+
     def _run(self, sess, fetches, feeds=None):
-        """Everything the chief runs is a read or a whole-value assign, so it may be retried."""
-        return run_idempotent(sess, fetches, feeds, timeout_s=self.cfg.wait_timeout_s,
-                              what="chief, on the ps %s / chief %s" % (self.cfg.ps_device, self.cfg.chief_device))
+        """Everything the chief runs is a read or a whole-value assign, so it may be retried; when it
+        fails, a probe of the ps tells whether the parameter server is gone (PSLost names it)."""
+        what = "chief, on the ps %s / chief %s" % (self.cfg.ps_device, self.cfg.chief_device)
+        try:
+            return run_idempotent(sess, fetches, feeds, timeout_s=self.cfg.ps_timeout_s, what=what)
+        except (TimeoutError, tf.errors.OpError) as e:
+            self._probe_ps(sess, getattr(e, "message", None) or str(e))
+            raise
+
+    def _probe_ps(self, sess, error: str = "") -> None:
+        """Raises PSLost unless the parameter server answers a read within a few seconds."""
+        try:
+            run_idempotent(sess, self.g.counters["version"], timeout_s=PROBE_S, what="probe of the ps")
+        except (TimeoutError, tf.errors.OpError) as e:
+            last = error or getattr(e, "message", None) or str(e)
+            raise PSLost("the parameter server %s did not answer for %.0f s; stopping the job (restart it to "
+                         "resume from the latest checkpoint in %s). Last error: %s"
+                         % (self._ps_name(), self.cfg.ps_timeout_s, self.ckpt_dir, last.splitlines()[0])) from None
 
     def _record(self, rec: dict) -> None:
         self.log.write(json.dumps(rec) + "\n")
@@ -89,7 +129,7 @@ class Chief:
 
     def _global(self, sess, stop=False, heartbeat=None):
         self.g.board.write_global(sess, self.phase, stop, time.time() if heartbeat is None else heartbeat,
-                                  self.cfg.wait_timeout_s)
+                                  self.cfg.ps_timeout_s)
 
     def _stats(self, sess) -> tuple[dict, dict]:
         vals = self._run(sess, {**self.g.board.stats_fetches(), **self.g.counters})
@@ -158,23 +198,27 @@ class Chief:
 
     def _enter(self, sess, phase: str, why: str) -> None:
         old, self.phase = self.phase, phase
-        self.g.board.write_controls(sess, self.controls, self.cfg.wait_timeout_s)
+        self.g.board.write_controls(sess, self.controls, self.cfg.ps_timeout_s)
         self._global(sess)
         rec = {"event": "phase", "from": old, "to": phase, "t": round(self.elapsed(), 3), "why": why,
                "controls": {g: c.to_vector() for g, c in self.controls.items()}}
         self.report.phase(rec)
         self._record(rec)
 
+    def _live(self, per_group: dict) -> dict:
+        """The entries of the groups not declared lost."""
+        return {g: v for g, v in per_group.items() if not self.controls[g].lost}
+
     def _timings(self, stats) -> list[schedule.WorkerTiming]:
-        """The groups' profiling measurements (ms), pushes dense."""
+        """The live groups' profiling measurements (ms), pushes dense."""
         return [schedule.WorkerTiming(g, max(1e-3, s["profile_iter_ms"]), s["profile_pull_ms"] + s["profile_push_ms"],
-                                      s["profile_push_ms"], s["profile_pull_ms"]) for g, s in stats.items()]
+                                      s["profile_push_ms"], s["profile_pull_ms"]) for g, s in self._live(stats).items()]
 
     def _live_timings(self, stats, totals) -> list[schedule.WorkerTiming] | None:
         """Timings measured over the rounds since the last plan (None until every group has
         committed in that window). A compressed push's full-size time is the profiled one."""
         out = []
-        for g, t in totals.items():
+        for g, t in self._live(totals).items():
             base = self._plan_totals.get(g, {})
             d = {k: t[k] - base.get(k, 0.0) for k in CUMULATIVE}
             if d["steps"] < 1 or d["commits"] < 1:
@@ -189,17 +233,17 @@ class Chief:
 
     def _plan(self, sess, phase: str, timings, totals, why: str) -> None:
         """ASHL: new H_i, D_i, R_i for `phase` from `timings`; enters `phase` (or re-plans it)."""
-        self.controls = rules.ashl_controls(self.sync, timings, phase, self.controls)
+        self.controls = {**self.controls, **rules.ashl_controls(self.sync, timings, phase, self.controls)}
         self._plan_totals, self._plan_t = totals, self.elapsed()
         why += "; " + ", ".join("%s %.1f ms/iter, pull %.0f ms, push %.0f ms -> H %d, R %.3g" % (
             t.name, t.iter_ms, t.other_ms, t.push_ms, self.controls[t.name].local_steps, self.controls[t.name].ratio)
             for t in timings)
         if phase != self.phase:
             if phase == "shl":  # SHL's staleness counts the commits made in SHL, not the lead from AHL
-                self.g.ps.reset_counters(sess, self.cfg.wait_timeout_s)
+                self.g.ps.reset_counters(sess, self.cfg.ps_timeout_s)
             self._enter(sess, phase, why)
         else:
-            self.g.board.write_controls(sess, self.controls, self.cfg.wait_timeout_s)
+            self.g.board.write_controls(sess, self.controls, self.cfg.ps_timeout_s)
             self._record({"event": "replan", "phase": phase, "t": round(self.elapsed(), 3), "why": why})
 
     def _drive(self, sess, stats, totals, accuracy, loss) -> None:
@@ -218,47 +262,69 @@ class Chief:
             timer = self.sync.adsp_period_s / count
             if abs(timer - next(iter(self.controls.values())).timer_s) > 1e-9:
                 self.controls = {g: dataclasses.replace(c, timer_s=timer) for g, c in self.controls.items()}
-                self.g.board.write_controls(sess, self.controls, self.cfg.wait_timeout_s)
+                self.g.board.write_controls(sess, self.controls, self.cfg.ps_timeout_s)
                 self._record({"event": "adsp", "t": round(self.elapsed(), 3), "commits_per_period": count})
 
     # -- main loop --
 
     def run(self) -> dict:
+        """Trains to a stop condition; returns the final record. Raises PSLost (recorded as a
+        "ps_lost" event first) when the parameter server is gone."""
+        sess = tf.Session(self.target, graph=self.g.train.graph, config=tf.ConfigProto(
+            allow_soft_placement=False, device_filters=["/job:ps", "/job:chief"]))
+        close = sess.close
+        try:
+            try:
+                return self._run_session(sess)
+            except (TimeoutError, tf.errors.OpError) as e:
+                self._probe_ps(sess, getattr(e, "message", None) or str(e))
+                raise
+        except PSLost as e:
+            self._record({"event": "ps_lost", "t": round(self.elapsed(), 3) if self.t0 else 0.0, "error": str(e)})
+            # closing a session whose ps is gone blocks for 30 s: let that finish in the background
+            close = threading.Thread(target=_close_quietly, args=(sess,), daemon=True).start
+            raise
+        finally:
+            close()
+
+    def _run_session(self, sess) -> dict:
         cfg = self.cfg
-        with tf.Session(self.target, graph=self.g.train.graph, config=tf.ConfigProto(
-                allow_soft_placement=False, device_filters=["/job:ps", "/job:chief"])) as sess:
-            self._run(sess, self.g.local_init)
-            weights = self._restore(sess)
-            self.g.board.initialize(sess, cfg.wait_timeout_s)
-            self.g.board.write_controls(sess, self.controls, cfg.wait_timeout_s)
-            self._global(sess, heartbeat=0.0)
-            self.g.ps.initialize(sess, weights, timeout_s=cfg.wait_timeout_s)
-            self._wait_for_groups(sess)
-            self.g.ps.reset_counters(sess, cfg.wait_timeout_s)
-            self.t0 = time.monotonic()
-            self.report.start(self.elapsed_before)
-            if len(self.phases.transitions) == 1:  # a new run: times are seconds of training
-                self.phases.transitions = [(self.phase, 0, 0.0)]
-            self._global(sess)
-            why, reached = self._loop(sess)
-            stop_t = self.elapsed()
-            self._global(sess, stop=True)
-            self.wait_groups(cfg.wait_timeout_s)  # their last pushes belong to the final model
-            stats, vals = self._stats(sess)
-            totals = self._totals(stats)
-            accuracy, loss = self._evaluate(sess)
-            self.history.append((stop_t, accuracy, loss))
-            self._log_eval(stop_t, accuracy, loss, totals, vals, int(sum(t["steps"] for t in totals.values())))
-            prefix = self._save(sess, totals, elapsed=stop_t)
-            final = self._final(why, reached, totals, prefix, stop_t)
-            final.update(self.report.end(final, totals, stop_t))
-            self._record(final)
-            return final
+        self._run(sess, self.g.local_init)
+        weights = self._restore(sess)
+        self.g.board.initialize(sess, cfg.wait_timeout_s)
+        self.g.board.write_controls(sess, self.controls, cfg.wait_timeout_s)
+        self._global(sess, heartbeat=0.0)
+        self.g.ps.initialize(sess, weights, timeout_s=cfg.wait_timeout_s)
+        self._wait_for_groups(sess)
+        self.g.ps.reset_counters(sess, cfg.wait_timeout_s)
+        self.t0 = time.monotonic()
+        self.report.start(self.elapsed_before)
+        if len(self.phases.transitions) == 1:  # a new run: times are seconds of training
+            self.phases.transitions = [(self.phase, 0, 0.0)]
+        self._global(sess)
+        why, reached = self._loop(sess)
+        stop_t = self.elapsed()
+        self._global(sess, stop=True)
+        # their last pushes belong to the final model; one silent for lost_after_s would be declared lost anyway
+        self.wait_groups(min(cfg.wait_timeout_s, cfg.lost_after_s))
+        stats, vals = self._stats(sess)
+        totals = self._totals(stats)
+        accuracy, loss = self._evaluate(sess)
+        self.history.append((stop_t, accuracy, loss))
+        self._log_eval(stop_t, accuracy, loss, totals, vals, int(sum(t["steps"] for t in totals.values())))
+        prefix = self._save(sess, totals, elapsed=stop_t)
+        final = self._final(why, reached, totals, prefix, stop_t)
+        final.update(self.report.end(final, totals, stop_t))
+        self._record(final)
+        return final
 
     def _wait_for_groups(self, sess) -> None:
         deadline = time.monotonic() + self.cfg.startup_timeout_s
         while True:
-            self.check_groups()
+            exited = self.exited_groups()
+            if exited:
+                raise RuntimeError("chief: group(s) failed to start: " + "; ".join(
+                    "group %s: %s" % kv for kv in exited.items()))
             stats, _ = self._stats(sess)
             missing = [g for g, s in stats.items() if s["heartbeat"] <= 0]
             if not missing:
@@ -274,21 +340,24 @@ class Chief:
         reached = None
         while True:
             time.sleep(TICK_S)
-            self.check_groups()
             self._global(sess)
             stats, vals = self._stats(sess)
             totals = self._totals(stats)
             now = self.elapsed()
-            if self.phase == "profiling" and all(s["profiled"] > 0 for s in stats.values()):
+            self._check_liveness(sess, stats, now)
+            self._check_rejected(int(vals["rejected"]), now)
+            if self.phase == "profiling" and all(s["profiled"] > 0 for s in self._live(stats).values()):
                 self.phases.start_ahl(int(sum(t["steps"] for t in totals.values())), wall_time=now)
                 self._plan(sess, "ahl", self._timings(stats), totals, "profiled")
             steps = int(sum(t["steps"] for t in totals.values()))
             stop_why = None
-            if now >= cfg.time_budget_s:
+            if self.stop_request:
+                stop_why = self.stop_request
+            elif now >= cfg.time_budget_s:
                 stop_why = "time budget %.0f s" % cfg.time_budget_s
             elif cfg.max_steps and steps >= cfg.max_steps:
                 stop_why = "step budget %d" % cfg.max_steps
-            elif cfg.max_rounds and all(s["done"] > 0 for s in stats.values()):
+            elif cfg.max_rounds and all(s["done"] > 0 for g, s in stats.items() if not self.controls[g].lost):
                 stop_why = "every group made its %d rounds" % cfg.max_rounds
             elif reached is not None and now >= reached + cfg.stop_after_target_s:
                 stop_why = "target accuracy %.3f reached at %.1f s" % (cfg.target_accuracy, reached)
@@ -309,8 +378,49 @@ class Chief:
             if stop_why:
                 return stop_why, reached
 
+    # -- faults --
+
+    def _check_liveness(self, sess, stats, now: float) -> None:
+        """Declares lost every live group whose process exited or whose heartbeat has not changed
+        for lost_after_s (measured on the chief's clock, so the hosts' clocks need not agree)."""
+        exited = self.exited_groups()
+        tick = time.monotonic()
+        for g, s in stats.items():
+            if self.controls[g].lost:
+                continue
+            hb = s["heartbeat"]
+            if g not in self._heard or self._heard[g][0] != hb:
+                self._heard[g] = (hb, tick)
+            silent = tick - self._heard[g][1]
+            if g in exited or silent > self.cfg.lost_after_s:
+                self._probe_ps(sess)  # groups also leave when the ps is gone: that is the ps's fault, not theirs
+            if g in exited:
+                self._declare_lost(sess, g, exited[g], now)
+            elif silent > self.cfg.lost_after_s:
+                self._declare_lost(sess, g, "no report for %.1f s (limit %.1f s)" % (silent, self.cfg.lost_after_s), now)
+
+    def _declare_lost(self, sess, group: str, why: str, now: float) -> None:
+        self.controls = rules.drop_lost(self.controls, group)
+        self.g.board.write_controls(sess, self.controls, self.cfg.ps_timeout_s)
+        spec = next(g for g in self.cfg.groups if g.name == group)
+        devices = [self.cfg.device_names.get(d, d) for d in spec.layout["devices"]]
+        rec = {"event": "lost", "group": group, "devices": devices, "t": round(now, 3), "why": why,
+               "live": [g for g, c in self.controls.items() if not c.lost]}
+        self.report.fault(rec)
+        self._record(rec)
+        if not rec["live"]:
+            raise RuntimeError("chief: every group is lost (the last, %s: %s)" % (group, why.splitlines()[0]))
+
+    def _check_rejected(self, rejected: int, now: float) -> None:
+        if rejected > self._rejected:
+            self._rejected = rejected
+            rec = {"event": "rejected", "rejected": rejected, "t": round(now, 3),
+                   "why": "the parameter server rejected non-finite updates (NaN or Inf); they were not applied"}
+            self.report.fault(rec)
+            self._record(rec)
+
     def _log_eval(self, now, accuracy, loss, totals, vals, steps) -> None:
-        rates = self.report.eval(now, accuracy, loss, self.phase, totals, self.controls)
+        rates = self.report.eval(now, accuracy, loss, self.phase, totals, self.controls, int(vals["rejected"]))
         total_rate, group_rates = rates["total"], rates["groups"]
         sent = sum(t["bytes_sent"] for t in totals.values())
         budget_left = self.cfg.time_budget_s - now
@@ -320,6 +430,7 @@ class Chief:
                       "loss": round(loss, 5), "global_steps": steps, "examples_per_sec": round(total_rate, 1),
                       "group_examples_per_sec": {g: round(r, 1) for g, r in group_rates.items()},
                       "bytes_sent": int(sent), "eta_s": round(max(0.0, budget_left), 1),
+                      "live_groups": sum(not c.lost for c in self.controls.values()), "rejected": int(vals["rejected"]),
                       "version": int(vals["version"])})
 
     def _final(self, why, reached, totals, prefix, stop_t) -> dict:
@@ -332,5 +443,6 @@ class Chief:
                 "bytes_received": int(sum(t["bytes_received"] for t in totals.values())),
                 "wait_s": round(sum(t["wait_s"] for t in totals.values()), 3),
                 "groups": totals, "checkpoint": prefix,
+                "lost_groups": [g for g, c in self.controls.items() if c.lost], "rejected_updates": self._rejected,
                 "curve": [[round(t, 3), round(a, 4)] for t, a, _ in self.history]}
 

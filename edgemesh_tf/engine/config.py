@@ -103,7 +103,12 @@ class JobConfig:
       "predicted_step_ms"}}, whatever is known, for the layout picture;
     wait_timeout_s: the longest any wait for another process may take during training;
     startup_timeout_s: the longest wait for the group processes to start (import TF, build their
-      graphs, connect) and for the chief to initialise the global model.
+      graphs, connect) and for the chief to initialise the global model;
+    lost_after_s: a group whose process exited, or that has sent no report (a round's statistics
+      or a heartbeat while it waits) for this long, is declared lost: gates stop counting it and
+      the others take over its data;
+    ps_timeout_s: the job stops, naming the ps task, when the parameter server has not answered
+      for this long.
     """
 
     groups: tuple[GroupSpec, ...]
@@ -124,6 +129,8 @@ class JobConfig:
     stop_after_target_s: float = 0.0
     wait_timeout_s: float = 60.0
     startup_timeout_s: float = 180.0
+    lost_after_s: float = 10.0
+    ps_timeout_s: float = 10.0
     logdir: str = "runs/job"
     device_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     device_info: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
@@ -138,7 +145,7 @@ class JobConfig:
         for g in self.groups:
             _check_int("batch_size of group %s" % g.name, g.batch_size, 1)
         for name in ("eval_interval_s", "checkpoint_interval_s", "time_budget_s", "wait_timeout_s",
-                     "startup_timeout_s"):
+                     "startup_timeout_s", "lost_after_s", "ps_timeout_s"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError("%s must be > 0 s, got %r" % (name, v))

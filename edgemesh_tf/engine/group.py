@@ -36,6 +36,10 @@ class ChiefLost(RuntimeError):
     pass
 
 
+class DeclaredLost(RuntimeError):
+    """The chief stopped counting this group (it was silent too long); it must not push again."""
+
+
 def shard_stream(data, shares, name: str, batch_size: int, seed: int):
     """Endless batches ([batch_size, H, W, C], [batch_size]) of group `name`'s shard of the training
     set (rules.shard_range); a shard smaller than a batch is repeated to fill one."""
@@ -68,6 +72,7 @@ class GroupRunner:
         self.profile, self._prof_steps, self._prof_comm = {}, [], []
         self._share, self._stream, self._round = None, None, 0
         self._pending = None  # the last round's report, written with the next read of the board
+        self._last_loss, self._last_round_s = float("nan"), 0.0
         os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
         self.log = open(os.path.join(cfg.logdir, "groups", self.name + ".jsonl"), "a")
 
@@ -79,7 +84,7 @@ class GroupRunner:
         trip to the ps instead of two)."""
         ops, feeds = self.g.board.assigns(self._pending) if self._pending else ([], None)
         vals = run_idempotent(sess, [{**self.g.board.control_fetches(), **self.g.counters}, ops], feeds,
-                              timeout_s=self.cfg.wait_timeout_s,
+                              timeout_s=self.cfg.ps_timeout_s,
                               what="group %s reading the control board on %s" % (self.name, self.cfg.ps_device))[0]
         self._pending = None
         heartbeat = vals["control/global"][2]
@@ -100,6 +105,8 @@ class GroupRunner:
         timeout_s = timeout_s or self.cfg.wait_timeout_s
         start = time.monotonic()
         while True:
+            if self._pending is None:  # a heartbeat while waiting, so that the chief does not declare us lost
+                self._pending = self._stats(self._last_loss, round_s=self._last_round_s)
             vals = self._read(sess)
             if self.g.board.stopped(vals) or passed(vals):
                 return time.monotonic() - start, vals
@@ -150,6 +157,9 @@ class GroupRunner:
                 vals = self._read(sess)
                 if self.g.board.stopped(vals):
                     break
+                if self.g.board.controls_of(vals)[self.name].lost:
+                    raise DeclaredLost("group %s: the chief declared this group lost (no report for longer than "
+                                       "%.0f s); leaving" % (self.name, cfg.lost_after_s))
                 if cfg.max_rounds and self._round >= cfg.max_rounds:
                     self._report(sess, loss=self._last_loss, done=True)
                     self._wait(sess, lambda v: False, "the chief's stop flag after the last round")
@@ -246,7 +256,7 @@ class GroupRunner:
                 "profiled": 1.0}
 
     def _stats(self, loss: float, round_s: float = 0.0, done: bool = False) -> dict:
-        self._last_loss = loss
+        self._last_loss, self._last_round_s = loss, round_s
         return self.g.board.stats_vector(self.name, {**self.totals, **self.profile, "loss": loss,
                                                      "heartbeat": time.time(), "round_s": round_s,
                                                      "done": float(done)})
@@ -254,7 +264,7 @@ class GroupRunner:
     def _report(self, sess, loss: float, done: bool = False):
         """Writes the report now (at start-up and after the last round; rounds send theirs with
         the next read)."""
-        self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss, done=done)}, self.cfg.wait_timeout_s)
+        self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss, done=done)}, self.cfg.ps_timeout_s)
         self._pending = None
 
 
@@ -271,7 +281,7 @@ def main(argv=None) -> int:
     name = cfg.groups[a.group].name
     try:
         totals = GroupRunner(cfg, a.group, a.target, a.step_delay_factor).run()
-    except (ChiefLost, TimeoutError, tf.errors.OpError) as e:
+    except (ChiefLost, DeclaredLost, TimeoutError, tf.errors.OpError) as e:
         print("group %s: %s" % (name, getattr(e, "message", None) or e), file=sys.stderr, flush=True)
         return 1
     print(json.dumps({"group": name, **totals}), flush=True)

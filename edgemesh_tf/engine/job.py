@@ -13,8 +13,10 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable
 
@@ -48,7 +50,7 @@ def groups_of_plan(cluster: ClusterFile, plan, path: str, batch_size: int) -> tu
 
 
 class GroupProcesses:
-    """The running group clients; `check()` raises naming a group whose process died."""
+    """The running group clients; `exited()` names the ones whose process has ended."""
 
     def __init__(self, cfg: JobConfig, launch: dict[str, tuple[str | None, str, float]]):
         self.cfg = cfg
@@ -72,11 +74,11 @@ class GroupProcesses:
             with open(self.logs[g.name], "a") as log:
                 self.procs[g.name] = procs.spawn(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    def check(self) -> None:
-        for name, p in self.procs.items():
-            if p.poll() is not None:
-                raise RuntimeError("group %s (pid %d) exited with code %s during training; see %s:\n%s"
-                                   % (name, p.pid, p.returncode, self.logs[name], _tail(self.logs[name])))
+    def exited(self) -> dict[str, str]:
+        """{group: what happened (exit code, pid, log and its tail)} of the group processes that have ended."""
+        return {name: "its process (pid %d) exited with code %s; see %s:\n%s"
+                      % (p.pid, p.returncode, self.logs[name], _tail(self.logs[name], 5))
+                for name, p in self.procs.items() if p.poll() is not None}
 
     def wait(self, timeout_s: float) -> None:
         """Waits (at most timeout_s in all) for the groups to leave after the stop flag."""
@@ -137,6 +139,26 @@ def reach_servers(cluster: ClusterFile, emulate: bool, up_kwargs: dict | None = 
                       {d.name: None for d in cluster.devices}, {"network": "real", "compute": "real"})
 
 
+@contextlib.contextmanager
+def _stop_on_sigterm(chief: Chief):
+    """SIGTERM (in the main thread) ends training at the chief's next tick with a checkpoint; a
+    second SIGTERM exits at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if chief.stop_request:
+            raise SystemExit(128 + signum)
+        chief.request_stop("SIGTERM received: stopping with a checkpoint")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
             emit: Callable[[dict], None] = lambda rec: None, up_kwargs: dict | None = None, testbed=None) -> dict:
     """Runs the job to its stop condition; returns the chief's final record (plus group exit codes).
@@ -150,9 +172,11 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
         launch = {g.name: servers.launch[by_device[g.layout["devices"][0]]] for g in cfg.groups}
         groups = GroupProcesses(cfg, launch)
         try:
-            final = Chief(cfg, servers.target, emit=emit, check_groups=groups.check, wait_groups=groups.wait).run()
-        finally:
-            codes = groups.stop(cfg.wait_timeout_s)
+            chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait)
+            with _stop_on_sigterm(chief):
+                final = chief.run()
+        finally:  # the chief already waited for them to leave; a group still running now is stuck (or the chief failed)
+            codes = groups.stop(min(5.0, cfg.wait_timeout_s))
         final["group_exit_codes"] = codes
         final["testbed"] = servers.summary
         return final

@@ -3,7 +3,8 @@
 Tags (see summaries/writers.py for the run directories):
   total:    accuracy, loss (training loss of the global model), phase (0 profiling, 1 AHL, 2 SHL,
             3 train), examples_per_sec, bytes_sent, bytes_received, waiting_s; texts
-            "layout_table" (markdown), "phase_switches"; image "layout_picture"; hparams. (One tag
+            "layout_table" (markdown), "phase_switches", "faults" (groups lost, updates rejected),
+            "live_groups" and "rejected_updates" scalars; image "layout_picture"; hparams. (One tag
             per plugin: TensorBoard gives a tag to the first plugin that writes it.)
   <group>:  group/examples_per_sec, group/waiting_s, group/bytes_sent, group/bytes_received,
             group/compression_ratio, group/local_steps, group/loss
@@ -80,8 +81,18 @@ class JobReport:
                                                                                 rec["why"]), rec["t"])
         self.tb.flush()
 
+    def fault(self, rec: dict) -> None:
+        """A lost group or rejected updates, as text at its time."""
+        if rec["event"] == "lost":
+            text = "**group %s lost** (devices %s) at %.1f s: %s" % (rec["group"], ", ".join(rec["devices"]), rec["t"],
+                                                                      rec["why"].splitlines()[0])
+        else:
+            text = "**%d update(s) rejected** by the parameter server (not finite) by %.1f s" % (rec["rejected"], rec["t"])
+        self.tb.text("total", "faults", text, rec["t"])
+        self.tb.flush()
+
     def eval(self, now: float, accuracy: float, loss: float, phase: str, totals: Mapping[str, Mapping],
-             controls: Mapping[str, rules.GroupControl]) -> dict:
+             controls: Mapping[str, rules.GroupControl], rejected: int = 0) -> dict:
         """Writes one evaluation's scalars; returns {"total": examples/s, "groups": {g: examples/s}}."""
         dt = now - self._last_t
         rate = lambda g, k: (totals[g][k] - self._last.get(g, {}).get(k, 0.0)) / dt if dt > 0 else 0.0
@@ -105,7 +116,9 @@ class JobReport:
                                   "examples_per_sec": total,
                                   "bytes_sent": sum(t["bytes_sent"] for t in totals.values()),
                                   "bytes_received": sum(t["bytes_received"] for t in totals.values()),
-                                  "waiting_s": sum(t["wait_s"] for t in totals.values())}, now)
+                                  "waiting_s": sum(t["wait_s"] for t in totals.values()),
+                                  "live_groups": sum(not c.lost for c in controls.values()),
+                                  "rejected_updates": rejected}, now)
         self.tb.flush()
         self._last_t, self._last = now, {g: dict(t) for g, t in totals.items()}
         return {"total": total, "groups": group_rates}

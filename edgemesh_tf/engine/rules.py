@@ -115,6 +115,26 @@ def round_rule(sync: SyncConfig, phase: str, control: GroupControl) -> RoundRule
                      ratio=control.ratio, scale=control.scale)
 
 
+def drop_lost(controls: Mapping[str, GroupControl], lost: str) -> dict[str, GroupControl]:
+    """Controls after group `lost` left: it is marked lost with no data and no weight, and the live
+    groups' data shares and update scales are renormalised so that they cover the whole training set
+    and the same total step as before."""
+    if lost not in controls:
+        raise KeyError("unknown group %r; groups: %s" % (lost, list(controls)))
+    out = {g: (dataclasses.replace(c, lost=True, share=0.0, scale=0.0) if g == lost else c)
+           for g, c in controls.items()}
+    live = [g for g, c in out.items() if not c.lost]
+    share_sum = sum(out[g].share for g in live)
+    scale_sum = sum(out[g].scale for g in live)
+    total_scale = sum(c.scale for g, c in controls.items() if not c.lost)
+    for g in live:
+        c = out[g]
+        out[g] = dataclasses.replace(
+            c, share=c.share / share_sum if share_sum > 0 else 1.0 / len(live),
+            scale=c.scale * total_scale / scale_sum if scale_sum > 0 else total_scale / len(live))
+    return out
+
+
 def live_counts(commits: Mapping[str, int], controls: Mapping[str, GroupControl]) -> dict[str, int]:
     """Commit counts of the groups the chief has not declared lost (the ones gates wait for)."""
     return {g: c for g, c in commits.items() if not controls[g].lost}

@@ -21,6 +21,8 @@ from typing import Mapping, Sequence
 
 import yaml
 
+from edgemesh_tf.errors import InputError
+
 _LAYOUT_KEYS = {"mesh", "devices", "rules", "sizes", "comment", "predicted"}
 
 
@@ -160,15 +162,15 @@ def local_devices(count: int) -> list[str]:
 def layout_from_dict(d: Mapping, source: str = "<layout>") -> Layout:
     """Builds a Layout from parsed YAML/JSON; errors name ``source`` and the field."""
     if not isinstance(d, Mapping):
-        raise ValueError("%s: expected a mapping with keys mesh, devices, rules, sizes; got %r" % (source, type(d).__name__))
+        raise InputError("%s: expected a mapping with keys mesh, devices, rules, sizes; got %r" % (source, type(d).__name__))
     unknown = set(d) - _LAYOUT_KEYS
     if unknown:
-        raise ValueError("%s: unknown key(s) %s; expected some of %s" % (source, sorted(unknown), sorted(_LAYOUT_KEYS)))
+        raise InputError("%s: unknown key(s) %s; expected some of %s" % (source, sorted(unknown), sorted(_LAYOUT_KEYS)))
     for key, kind in (("mesh", Mapping), ("devices", list), ("rules", Mapping), ("sizes", Mapping)):
         if key in d and d[key] is not None and not isinstance(d[key], kind):
-            raise ValueError("%s: field %r must be a %s, got %r" % (source, key, "mapping" if kind is Mapping else "list", d[key]))
+            raise InputError("%s: field %r must be a %s, got %r" % (source, key, "mapping" if kind is Mapping else "list", d[key]))
     if "mesh" not in d or "devices" not in d:
-        raise ValueError("%s: fields 'mesh' and 'devices' are required" % source)
+        raise InputError("%s: fields 'mesh' and 'devices' are required" % source)
     try:
         layout = Layout(
             mesh=tuple((str(k), v) for k, v in d["mesh"].items()),
@@ -178,20 +180,30 @@ def layout_from_dict(d: Mapping, source: str = "<layout>") -> Layout:
         )
         return layout.validate()
     except (TypeError, ValueError) as e:
-        raise ValueError("%s: %s" % (source, e)) from None
+        raise InputError("%s: %s" % (source, e)) from None
 
 
-def load_layout(path: str) -> Layout:
-    """Reads a YAML or JSON layout file."""
+def load_layout(path: str, dims: Mapping[str, int] | None = None) -> Layout:
+    """Reads a YAML or JSON layout file; with ``dims`` ({tensor dim: size} of a model, e.g.
+    ``spec.dims(batch)``) also checks the layout against the model. Raises InputError naming the file."""
     if not os.path.exists(path):
-        raise ValueError("layout file %s does not exist" % path)
-    with open(path) as f:
-        text = f.read()
+        raise InputError("layout file %s does not exist" % path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError("%s: cannot read as UTF-8 text: %s" % (path, e)) from None
     try:
         data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as e:
-        raise ValueError("%s: not valid %s: %s" % (path, "JSON" if path.endswith(".json") else "YAML", e)) from None
-    return layout_from_dict(data, source=path)
+        raise InputError("%s: not valid %s: %s" % (path, "JSON" if path.endswith(".json") else "YAML", e)) from None
+    layout = layout_from_dict(data, source=path)
+    if dims is not None:
+        try:
+            layout.validate(dims)
+        except ValueError as e:
+            raise InputError("%s: %s" % (path, e)) from None
+    return layout
 
 
 def save_layout(layout: Layout, path: str, header: str = "") -> None:

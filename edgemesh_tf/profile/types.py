@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+
+from edgemesh_tf.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,23 +74,90 @@ class Profile:
         return json.dumps(dataclasses.asdict(self), indent=1)
 
 
+def _field(source, where, d, key, kind, *, positive=False, optional=False, default=None):
+    """d[key] checked against ``kind`` ("str", "int", "number"); errors name source, where and key."""
+    def err(msg):
+        return InputError("%s: %sfield %r %s" % (source, where + ": " if where else "", key, msg))
+
+    if key not in d:
+        if optional:
+            return default
+        raise err("is missing")
+    v = d[key]
+    if kind == "str":
+        if not isinstance(v, str) or not v:
+            raise err("must be a non-empty string, got %r" % (v,))
+        return v
+    if isinstance(v, bool) or not isinstance(v, int if kind == "int" else (int, float)):
+        raise err("must be a%s, got %r" % ("n integer" if kind == "int" else " number", v))
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise err("must be a finite number %s 0, got %r" % (">" if positive else ">=", v))
+    return v
+
+
+def _keys(source, where, d, allowed):
+    if not isinstance(d, dict):
+        raise InputError("%s: %sexpected a mapping, got %r" % (source, where + ": " if where else "", d))
+    unknown = sorted(set(d) - set(allowed), key=str)
+    if unknown:
+        raise InputError("%s: %sunknown field %r (allowed: %s)" % (source, where + ": " if where else "", unknown[0],
+                                                                    ", ".join(allowed)))
+
+
 def profile_from_dict(d: dict, source: str = "<profile>") -> Profile:
-    try:
-        devices = tuple(DeviceProfile(**{**dev, "layers": tuple(LayerTiming(**t) for t in dev["layers"])})
-                        for dev in d["devices"])
-        return Profile(**{**d, "image_shape": tuple(d["image_shape"]), "devices": devices})
-    except (KeyError, TypeError) as e:
-        raise ValueError("%s: not a valid profile: %s" % (source, e)) from None
+    """Validates parsed JSON; raises InputError naming ``source``, the device and the field."""
+    _keys(source, "", d, [f.name for f in dataclasses.fields(Profile)])
+    shape = d.get("image_shape")
+    if not (isinstance(shape, list) and len(shape) == 3
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in shape)):
+        raise InputError("%s: field 'image_shape' must be a list of 3 positive integers (h, w, c), got %r"
+                         % (source, shape))
+    raw_devices = d.get("devices")
+    if not isinstance(raw_devices, list) or not raw_devices:
+        raise InputError("%s: field 'devices' must be a non-empty list of devices, got %r" % (source, raw_devices))
+    devices, names = [], set()
+    for i, dev in enumerate(raw_devices):
+        _keys(source, "device #%d" % i, dev, [f.name for f in dataclasses.fields(DeviceProfile)])
+        name = _field(source, "device #%d" % i, dev, "name", "str")
+        where = "device %r" % name
+        if name in names:
+            raise InputError("%s: %s: duplicate device name" % (source, where))
+        names.add(name)
+        layers = dev.get("layers")
+        if not isinstance(layers, list) or not layers:
+            raise InputError("%s: %s: field 'layers' must be a non-empty list of layer timings, got %r"
+                             % (source, where, layers))
+        timings = []
+        for j, t in enumerate(layers):
+            lw = "%s: layer #%d" % (where, j)
+            _keys(source, lw, t, [f.name for f in dataclasses.fields(LayerTiming)])
+            timings.append(LayerTiming(_field(source, lw, t, "name", "str"),
+                                       _field(source, lw, t, "compute_ms", "number"),
+                                       _field(source, lw, t, "spread_ms", "number", optional=True, default=0.0)))
+        devices.append(DeviceProfile(
+            name=name, device=_field(source, where, dev, "device", "str"), layers=tuple(timings),
+            memory_bytes=_field(source, where, dev, "memory_bytes", "int", positive=True),
+            bandwidth_mbit=_field(source, where, dev, "bandwidth_mbit", "number", positive=True),
+            latency_ms=_field(source, where, dev, "latency_ms", "number"),
+            step_overhead_ms=_field(source, where, dev, "step_overhead_ms", "number", optional=True, default=0.0),
+            peak_memory_bytes=_field(source, where, dev, "peak_memory_bytes", "int", optional=True, default=0)))
+    return Profile(model=_field(source, "", d, "model", "str"), batch=_field(source, "", d, "batch", "int", positive=True),
+                   image_shape=tuple(shape), num_classes=_field(source, "", d, "num_classes", "int", positive=True),
+                   devices=tuple(devices),
+                   ps_bandwidth_mbit=_field(source, "", d, "ps_bandwidth_mbit", "number", positive=True, optional=True,
+                                            default=1000.0))
 
 
 def load_profile(path: str) -> Profile:
     if not os.path.exists(path):
-        raise ValueError("profile file %s does not exist" % path)
+        raise InputError("profile file %s does not exist" % path)
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError("%s: cannot read as UTF-8 text: %s" % (path, e)) from None
     except json.JSONDecodeError as e:
-        raise ValueError("%s: not valid JSON: %s" % (path, e)) from None
+        raise InputError("%s: not valid JSON: %s" % (path, e)) from None
     return profile_from_dict(data, path)
 
 

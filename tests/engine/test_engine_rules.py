@@ -81,3 +81,23 @@ def test_config_round_trips_and_names_bad_fields():
         JobConfig(groups=(GroupSpec("g0", {}, 0),))
     with pytest.raises(ValueError, match="time_budget_s must be > 0 s"):
         JobConfig(groups=cfg.groups, time_budget_s=0)
+
+
+def test_drop_lost_hands_the_lost_groups_data_and_weight_to_the_live_ones():
+    controls = rules.initial_controls(SyncConfig(strategy="bsp"), {"a": 24, "b": 8, "c": 16})
+    out = rules.drop_lost(controls, "b")
+    assert out["b"].lost and out["b"].share == 0 and out["b"].scale == 0
+    assert not out["a"].lost and not out["c"].lost
+    assert out["a"].share + out["c"].share == pytest.approx(1.0)
+    assert out["a"].share / out["c"].share == pytest.approx(24 / 16)
+    assert out["a"].scale + out["c"].scale == pytest.approx(sum(c.scale for c in controls.values()))
+    # a second loss leaves one group with everything; the gates no longer wait for the lost ones
+    out2 = rules.drop_lost(out, "a")
+    assert out2["c"].share == pytest.approx(1.0) and out2["c"].scale == pytest.approx(1.0)
+    assert rules.barrier_passed(5, {"a": 0, "b": 1, "c": 5}, out2)
+    with pytest.raises(KeyError, match="unknown group 'x'"):
+        rules.drop_lost(out, "x")
+    # its shard is empty of weight: the live groups' shards cover every example
+    shares = {g: c.share for g, c in out.items()}
+    ranges = [rules.shard_range(shares, g, 1000) for g in ("a", "c")]
+    assert ranges[0][0] == 0 and sum(e - b for b, e in ranges) >= 999

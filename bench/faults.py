@@ -1,0 +1,159 @@
+"""Faults on the emulated testbed, one JSON row per scenario (issue 7).
+
+    python bench/faults.py --cluster layouts/edge4.yaml [--target 0.97] [--quick]
+
+  a  the slowest device killed at ~30% of a fault-free ASHL run's time to target: the job still
+     reaches the target, in <= 1.3x the fault-free time
+  b  a device killed during BSP, and during ASHL's SHL: no hang, the run finishes
+  c  the ps killed: the job stops within 30 s naming the ps task; a restart resumes from the
+     checkpoint
+  d  one device slowed 3x mid-run: re-planned, throughput >= 80% of a fresh plan's  (not built yet)
+  e  a killed device restarted: re-admitted and used again                          (not built yet)
+Every scenario runs on a fresh testbed (a killed server is not restarted). Devices are killed
+with SIGKILL at the chief's first record that meets the scenario's condition. Scenarios not
+built yet are reported with ok: false. --quick: lower target, shorter budgets (a smoke run).
+"""
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from edgemesh_tf.cluster import emulated_cluster, load_cluster  # noqa: E402
+from edgemesh_tf.engine.chief import PSLost  # noqa: E402
+from edgemesh_tf.engine.config import SyncConfig  # noqa: E402
+from edgemesh_tf.engine.job import default_groups, job_config, run_job  # noqa: E402
+
+
+def _slowest(cluster):
+    return min(cluster.workers, key=lambda d: (d.speed or 1.0, d.name)).name
+
+
+def _job(cluster, em, args, logdir, sync, kill=None, **kw):
+    """Runs one job; kill = (device, predicate(record)). Returns (final or error, killed info, wall s)."""
+    killed = {}
+
+    def emit(rec):
+        if kill and not killed and kill[1](rec):
+            os.kill(em.devices[kill[0]].pid, signal.SIGKILL)
+            killed.update(device=kill[0], t=rec.get("t"), at=time.monotonic())
+    kw = {"target_accuracy": args.target, "time_budget_s": args.budget_s, "eval_interval_s": 0.5,
+          "checkpoint_interval_s": 5.0, "lost_after_s": 3.0, "wait_timeout_s": 60.0, **kw}
+    cfg = job_config(cluster, default_groups(cluster, 32), sync=sync, logdir=logdir, **kw)
+    t0 = time.monotonic()
+    try:
+        out = run_job(cfg, cluster, testbed=em, emit=emit)
+    except (PSLost, RuntimeError, TimeoutError) as e:
+        out = e
+    return out, killed, round(time.monotonic() - t0, 1)
+
+
+def _lost(final):
+    return final.get("lost_groups") if isinstance(final, dict) else None
+
+
+def scenario_a(cluster, args, work):
+    slow = _slowest(cluster)
+    with emulated_cluster(cluster) as em:
+        base, _, _ = _job(cluster, em, args, os.path.join(work, "a-base"), SyncConfig(strategy="ashl"))
+    t_base = base.get("time_to_target_s") if isinstance(base, dict) else None
+    row = {"scenario": "a", "what": f"ASHL, slowest device {slow} killed at 30% of the fault-free time to target",
+           "fault_free_time_to_target_s": t_base}
+    if t_base is None:
+        return {**row, "ok": False, "error": f"the fault-free run did not reach {args.target}"}
+    with emulated_cluster(cluster) as em:
+        final, killed, _ = _job(cluster, em, args, os.path.join(work, "a-fault"), SyncConfig(strategy="ashl"),
+                                kill=(slow, lambda r: r.get("event") == "eval" and r["t"] >= 0.3 * t_base))
+    t = final.get("time_to_target_s") if isinstance(final, dict) else None
+    ratio = None if t is None else round(t / t_base, 3)
+    return {**row, "killed_at_s": killed.get("t"), "time_to_target_s": t, "over_fault_free": ratio,
+            "lost_groups": _lost(final), "ok": bool(killed) and ratio is not None and ratio <= 1.3,
+            "error": None if isinstance(final, dict) else str(final)}
+
+
+def scenario_b(cluster, args, work):
+    rows = []
+    victim = cluster.workers[1].name
+    for label, sync, when in (
+            ("BSP", SyncConfig(strategy="bsp"), lambda r: r.get("event") == "eval" and r["t"] >= args.b_kill_s),
+            ("SHL", SyncConfig(strategy="ashl"), lambda r: r.get("event") == "phase" and r["to"] == "shl")):
+        with emulated_cluster(cluster) as em:
+            final, killed, wall = _job(cluster, em, args, os.path.join(work, "b-" + label), sync,
+                                       kill=(victim, when), time_budget_s=args.b_budget_s, target_accuracy=None)
+        finished = isinstance(final, dict) and final["why"].startswith("time budget")
+        rows.append({"scenario": "b", "what": f"{label}: device {victim} killed"
+                     + (f" at {args.b_kill_s:.0f} s" if label == "BSP" else " at the switch to SHL"),
+                     "killed_at_s": killed.get("t"), "finished": finished, "wall_s": wall,
+                     "budget_s": args.b_budget_s, "lost_groups": _lost(final),
+                     "ok": bool(killed) and finished and _lost(final) == [victim],
+                     "error": None if isinstance(final, dict) else str(final)})
+    return rows
+
+
+def scenario_c(cluster, args, work):
+    ps = next(d.name for d in cluster.devices if d.role == "ps")
+    logdir = os.path.join(work, "c")
+    with emulated_cluster(cluster) as em:
+        err, killed, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
+                              kill=(ps, lambda r: r.get("event") == "checkpoint" and r["global_steps"] > 0))
+        stopped_after = round(time.monotonic() - killed["at"], 1) if killed else None
+    named = isinstance(err, PSLost) and "/job:ps/task:0 (%s)" % ps in str(err)
+    with open(os.path.join(logdir, "chief.jsonl")) as f:
+        recs = [json.loads(x) for x in f]
+    ckpt = [r for r in recs if r["event"] == "checkpoint"][-1]
+    with emulated_cluster(cluster) as em:
+        final, _, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
+                           time_budget_s=ckpt["t"] + 5.0)
+    with open(os.path.join(logdir, "chief.jsonl")) as f:
+        resume = [r for r in map(json.loads, f) if r["event"] == "resume"]
+    resumed = bool(resume) and resume[-1]["global_steps"] == ckpt["global_steps"]
+    return {"scenario": "c", "what": f"ps {ps} killed after the first checkpoint, then the job restarted",
+            "stopped_after_s": stopped_after, "error_names_ps": named, "error": str(err).splitlines()[0][:200],
+            "resumed_from_checkpoint": resumed, "resumed_global_steps": resume[-1]["global_steps"] if resume else None,
+            "ok": named and stopped_after is not None and stopped_after <= 30 and resumed
+            and isinstance(final, dict)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cluster", default="layouts/edge4.yaml")
+    ap.add_argument("--target", type=float, default=0.97)
+    ap.add_argument("--budget_s", type=float, default=120.0, help="training budget of the runs to target (s)")
+    ap.add_argument("--b_budget_s", type=float, default=30.0, help="training budget of scenario b's runs (s)")
+    ap.add_argument("--b_kill_s", type=float, default=8.0, help="when scenario b kills a device during BSP (s)")
+    ap.add_argument("--scenarios", default="a,b,c,d,e", help="comma-separated subset of a..e")
+    ap.add_argument("--quick", action="store_true", help="target 0.9, shorter budgets (smoke run)")
+    args = ap.parse_args()
+    if args.quick:
+        args.target, args.budget_s, args.b_budget_s, args.b_kill_s = 0.9, 40.0, 12.0, 4.0
+    cluster = load_cluster(args.cluster)
+    work = tempfile.mkdtemp(prefix="faults-")
+    t0 = time.time()
+    chosen = [x for x in args.scenarios.split(",") if x]
+    unknown = sorted(set(chosen) - set("abcde"))
+    if unknown:
+        sys.exit(f"bench/faults.py: unknown scenarios {unknown}; expected some of a, b, c, d, e")
+    rows = []
+    for x in chosen:
+        if x == "a":
+            rows.append(scenario_a(cluster, args, work))
+        elif x == "b":
+            rows += scenario_b(cluster, args, work)
+        elif x == "c":
+            rows.append(scenario_c(cluster, args, work))
+        else:
+            rows.append({"scenario": x, "ok": False, "error": "not built yet", "what": {
+                "d": "one device slowed 3x mid-run: re-plan", "e": "a killed device restarted: re-admitted"}[x]})
+    out = {"cluster": args.cluster, "target_accuracy": args.target, "logdirs": work, "scenarios": rows,
+           "all_ok": all(r["ok"] for r in rows), "seconds": round(time.time() - t0, 1)}
+    print(json.dumps(out, indent=1))
+    return 0 if out["all_ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""Renders bench/REPORT.md and its PNG plots from the JSON that bench/suite.py recorded.
+
+    python bench/report.py [--results bench/results] [--out bench]
+
+Reads only <results>/machine.json and <results>/<benchmark>.json (each: status, command, seconds,
+error, result = the benchmark's own JSON), so a report can be regenerated, or tested, from recorded
+input. Every figure in the report is taken from those files; nothing is measured here.
+"""
+import argparse
+import json
+import os
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ORDER = ("uneven_split", "emulation", "planner", "edgemesh_claims", "time_to_accuracy", "faults")
+MAIN_SIX = ("bsp", "asp", "ssp", "local_sgd", "adsp", "ashl")
+LABELS = {"bsp": "BSP", "asp": "ASP", "ssp": "SSP", "local_sgd": "Local SGD", "adsp": "ADSP", "ashl": "ASHL",
+          "ashl_topk1_ef": "ASHL, top-k 1% + error feedback", "ashl_topk1_no_ef": "ASHL, top-k 1%, no error feedback"}
+MIB = 2 ** 20
+
+
+def load(results_dir: str) -> tuple[dict, dict]:
+    """(machine info, {benchmark name: record}); a benchmark without a record is recorded as not run."""
+    def read(name):
+        path = os.path.join(results_dir, name + ".json")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            try:
+                return json.load(f)
+            except ValueError as e:
+                raise ValueError(f"{path}: not valid JSON ({e})") from None
+
+    machine = read("machine") or {}
+    records = {}
+    for name in ORDER:
+        rec = read(name)
+        records[name] = rec if rec is not None else {
+            "name": name, "status": "failed", "error": f"not run: {name}.json is not in {results_dir}"}
+    return machine, records
+
+
+def fmt(x, digits=3, unit=""):
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        x = round(x, digits) if digits else int(round(x))
+    return f"{x}{unit}"
+
+
+def table(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def result(rec):
+    return rec.get("result") if rec.get("status") == "ok" or rec.get("result") else None
+
+
+def _status_line(rec) -> str:
+    if rec.get("status") == "ok":
+        return ""
+    return f"**FAILED**: {rec.get('error')}.\n"
+
+
+# --- time to accuracy ------------------------------------------------------------------------
+
+def _median_run(summary):
+    """The run whose time to target is the median (else the first): its curve is the one drawn."""
+    runs = summary.get("runs") or []
+    timed = sorted((r for r in runs if r.get("time_to_target_s") is not None), key=lambda r: r["time_to_target_s"])
+    return timed[len(timed) // 2] if len(timed) == len(runs) and timed else (runs[0] if runs else None)
+
+
+def plot_tta(res: dict, target: float, path: str, title: str) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, summary in res["strategies"].items():
+        if name not in MAIN_SIX:
+            continue
+        run = _median_run(summary)
+        if not run or not run.get("curve"):
+            continue
+        t, acc = zip(*run["curve"])
+        (line,) = ax.plot(t, acc, label=LABELS.get(name, name), lw=1.6)
+        for phase, _, at in run.get("phase_transitions", []):
+            if phase == "shl":
+                ax.axvline(at, color=line.get_color(), ls=":", lw=1.2)
+                ax.annotate("AHL→SHL", (at, 0.05), color=line.get_color(), rotation=90, fontsize=8)
+    ax.axhline(target, color="grey", ls="--", lw=0.8, label=f"target {target:.0%}")
+    ax.set_xscale("log")
+    ax.set_xticks([t for t in (0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500) if t <= ax.get_xlim()[1]])
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set(xlabel="training time (s, log scale)", ylabel="held-out accuracy", ylim=(0, 1), title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def tta_section(rec, out_dir) -> tuple[str, list[str]]:
+    res = result(rec)
+    text = ["## Time to accuracy\n", _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    plots = []
+    text.append(f"Reference CNN (`{res.get('model')}`) on the built-in `{res.get('dataset')}` data, one data-parallel "
+                f"group per worker, batch {res.get('batch_per_group')} per group and local iteration. Target: "
+                f"**{res['target_accuracy']:.0%} held-out accuracy**; every run stops {res.get('tail_s')} s after "
+                f"reaching it or at {res.get('budget_s')} s. Figures are medians; curves are each strategy's median "
+                "run; dotted lines mark ASHL's AHL→SHL switch. Times are training time (after set-up).\n")
+    ratios = res.get("ratios", {})
+    for key, label in (("heterogeneous", "edge4"), ("homogeneous", "homo4")):
+        c = res.get(key)
+        if not c:
+            continue
+        name = os.path.splitext(os.path.basename(c["cluster"]))[0]
+        png = f"tta_{name}.png"
+        plot_tta(c, res["target_accuracy"], os.path.join(out_dir, png), f"{name}: accuracy against training time")
+        plots.append(png)
+        reps = c.get("repeats", res.get("repeats"))
+        prefix = "" if key == "heterogeneous" else "homogeneous_"
+        rows = []
+        for n, s in c["strategies"].items():
+            over = {b: (ratios.get(f"{n}_over_{b}") if key == "heterogeneous" else
+                        ratios.get(f"{prefix}{n}_over_{b}")) for b in ("bsp", "adsp")}
+            for b in over:
+                if n == b:
+                    over[b] = 1.0
+            rows.append([LABELS.get(n, n), fmt(s["time_to_target_s"], 2, " s"), s.get("reached", "—"),
+                         fmt(s["final_accuracy"], 4), fmt(s["bytes_sent"] / 1e6 if s.get("bytes_sent") is not None
+                                                          else None, 1, " MB"),
+                         fmt(s["wait_s"], 1, " s"), fmt(over["bsp"], 3), fmt(over["adsp"], 3)])
+        text.append(f"### {name} (`{c['cluster']}`; network {c.get('network')}, compute {c.get('compute')}; "
+                    f"medians over {reps} repeat{'s' if reps != 1 else ''})\n")
+        text.append(f"![{name}]({png})\n")
+        text.append(table(["Strategy", "Time to target", "Reached", "Final accuracy", "Sent", "Waiting",
+                           "÷ BSP", "÷ ADSP"], rows) + "\n")
+    text.append("Ratios as printed by `bench/time_to_accuracy.py` in this run: "
+                + ", ".join(f"`{k}` = {fmt(v, 4)}" for k, v in ratios.items() if k.startswith(("ashl_over", "homogeneous")))
+                + ".\n")
+    checks = res.get("checks", {})
+    if checks:
+        text.append(table(["Check (issue 5)", "Result"], [[k, "pass" if v else "**FAIL**"] for k, v in checks.items()])
+                    + "\n")
+    return "\n".join(text), plots
+
+
+# --- EdgeMesh's claims -----------------------------------------------------------------------
+
+def claims_section(rec, out_dir) -> tuple[str, list[str]]:
+    res = result(rec)
+    text = ["## EdgeMesh's claims: delay and memory against single-device and data-parallel training\n",
+            _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    modes = res["modes"]
+    text.append(f"`{res['model']}` on {res['dataset']}-shaped input, batch {res['batch']} per replica, on the "
+                f"workers of `{res['cluster']}`, {res['steps']} timed steps per mode (median), modes interleaved. "
+                "Memory: mean over the workers a mode uses of each one's peak RSS above its idle server.\n")
+    rows = []
+    for m, d in modes.items():
+        mem = d.get("mean_peak_bytes")
+        rows.append([m, fmt(d["ms_per_example"], 3, " ms"), fmt(mem / MIB if mem is not None else None, 1, " MiB")])
+    text.append(table(["Mode", "Delay per example", "Mean peak memory per device"], rows) + "\n")
+    r = res["ratios"]
+    paper = res.get("paper", {})
+    crow = []
+    for m in ("filter_split", "hybrid"):
+        for base in ("single", "data_parallel"):
+            crow.append([f"{m} against {base}", fmt(r.get(f"delay_{base}_over_{m}"), 2, "×"),
+                         fmt(paper.get("delay_reduction_x"), 1, "×"),
+                         fmt(None if r.get(f"memory_{m}_vs_{base}") is None else 100 * r[f"memory_{m}_vs_{base}"], 1, "%"),
+                         fmt(None if paper.get("memory_change") is None else 100 * paper["memory_change"], 0, "%")])
+    text.append(table(["Comparison", "Delay reduction (measured)", "Paper", "Memory change (measured)", "Paper"], crow)
+                + "\n")
+    for m in ("filter_split", "hybrid"):
+        groups = res.get(f"{m}_plan", [])
+        text.append(f"- `{m}` plan: " + "; ".join(
+            "[" + ", ".join(g["devices"]) + "]" + (" " + ", ".join(f"{k} {v}" for k, v in g["sizes"].items())
+                                                  if g["sizes"] else " (whole model)") for g in groups))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    names = list(modes)
+    axes[0].bar(names, [modes[m]["ms_per_example"] for m in names], color="tab:blue")
+    axes[0].set(ylabel="ms per example", title="delay (lower is better)")
+    axes[0].set_yscale("log")
+    mems = [(modes[m].get("mean_peak_bytes") or 0) / MIB for m in names]
+    axes[1].bar(names, mems, color="tab:orange")
+    axes[1].set(ylabel="MiB", title="mean peak memory per device")
+    for ax in axes:
+        ax.tick_params(axis="x", labelrotation=20)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "claims.png"), dpi=110)
+    plt.close(fig)
+    text.append("\n![claims](claims.png)\n")
+    return "\n".join(text), ["claims.png"]
+
+
+# --- planner, emulation, uneven split, faults ------------------------------------------------
+
+def planner_section(rec, out_dir) -> tuple[str, list[str]]:
+    res = result(rec)
+    text = ["## Planner: predicted against measured step time\n", _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    pts = {k: res[k] for k in ("planned", "even") if k in res}
+    rows = [[k, fmt(v["predicted_step_ms"], 1, " ms"), fmt(v["measured_median_step_ms"], 1, " ms"),
+             fmt(v["predicted_over_measured"], 3), v.get("steps")] for k, v in pts.items()]
+    text.append(f"`{res['model']}` on {res['dataset']}, batch {res['batch']}, one group over the workers of "
+                f"`{res['cluster']}`; measured steps are medians over the number of steps shown.\n")
+    text.append(table(["Layout", "Predicted", "Measured", "Predicted ÷ measured", "Steps"], rows) + "\n")
+    text.append(f"Planned over even throughput: {fmt(res.get('planned_over_even_throughput'), 3)}×.\n")
+    mem = res.get("memory", {})
+    if mem:
+        text.append(table(["Model (memory)", "One device peak", "Filter split, max peak per device", "Ratio"],
+                          [[m, fmt(max(d["one_device_peak_bytes"].values()) / MIB, 1, " MiB"),
+                            fmt(max(d["filter_split_peak_bytes"].values()) / MIB, 1, " MiB"),
+                            fmt(d["split_over_one_device_max"], 3)] for m, d in mem.items()]) + "\n")
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    xs = [v["measured_median_step_ms"] for v in pts.values()]
+    ys = [v["predicted_step_ms"] for v in pts.values()]
+    top = max(xs + ys) * 1.15
+    ax.plot([0, top], [0, top], color="grey", lw=0.8, label="y = x")
+    ax.scatter(xs, ys, color="tab:red", zorder=3)
+    for k, x, y in zip(pts, xs, ys):
+        ax.annotate(k, (x, y), textcoords="offset points", xytext=(5, -10))
+    ax.set(xlabel="measured step (ms)", ylabel="predicted step (ms)", xlim=(0, top), ylim=(0, top),
+           title="planner's cost model")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "planner.png"), dpi=110)
+    plt.close(fig)
+    text.append("![planner](planner.png)\n")
+    return "\n".join(text), ["planner.png"]
+
+
+def emulation_section(rec, out_dir) -> tuple[str, list[str]]:
+    res = result(rec)
+    text = ["## Emulation fidelity: configured against measured\n", _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    devs, links = res.get("devices", {}), res.get("links", {})
+    rows = []
+    for n, d in devs.items():
+        ln = links.get(n, {})
+        rows.append([n, fmt(d.get("speed_file")), fmt(d.get("speed_measured")), fmt(ln.get("latency_ms_file"), 1),
+                     fmt(ln.get("latency_ms"), 2), fmt(ln.get("bandwidth_mbit_file")), fmt(ln.get("download_mbit"), 1),
+                     fmt(ln.get("upload_mbit"), 1), "yes" if d.get("ok") and ln.get("ok", True) else "**no**"])
+    text.append(f"`{res['cluster']}`, network {res.get('network')}, compute {res.get('compute')}, tolerance "
+                f"±{res.get('tolerance', 0):.0%}, load average during the run {res.get('load_average')}.\n")
+    text.append(table(["Device", "Speed (file)", "Speed (measured)", "Latency ms (file)", "Latency ms (measured)",
+                       "Mbit/s (file)", "Down Mbit/s", "Up Mbit/s", "Within tolerance"], rows) + "\n")
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+    names = list(devs)
+    for ax, (conf, meas, title) in zip(axes, ((lambda n: devs[n].get("speed_file"), lambda n: devs[n].get("speed_measured"),
+                                               "relative speed"),
+                                              (lambda n: links.get(n, {}).get("bandwidth_mbit_file"),
+                                               lambda n: links.get(n, {}).get("download_mbit"), "bandwidth (Mbit/s)"))):
+        pairs = [(conf(n), meas(n), n) for n in names if conf(n) is not None and meas(n) is not None]
+        if not pairs:
+            continue
+        top = max(max(a, b) for a, b, _ in pairs) * 1.15
+        ax.plot([0, top], [0, top], color="grey", lw=0.8)
+        ax.scatter([a for a, _, _ in pairs], [b for _, b, _ in pairs], zorder=3)
+        for a, b, n in pairs:
+            ax.annotate(n, (a, b), textcoords="offset points", xytext=(4, -10), fontsize=8)
+        ax.set(xlabel="configured", ylabel="measured", title=title, xlim=(0, top), ylim=(0, top))
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "emulation.png"), dpi=110)
+    plt.close(fig)
+    text.append("![emulation](emulation.png)\n")
+    return "\n".join(text), ["emulation.png"]
+
+
+def uneven_section(rec, out_dir) -> tuple[str, list[str]]:
+    res = result(rec)
+    text = ["## Uneven lowering against plain TensorFlow\n", _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    text.append(f"`{res['model']}`, batch {res['batch']}, input {res.get('image_shape')}, {res.get('devices')} "
+                f"in-process CPU devices, medians over {res.get('steps_per_config')} steps per configuration.\n")
+    text.append(table(["Configuration", "Median step"], [[k, fmt(v, 1, " ms")] for k, v in res["median_step_ms"].items()])
+                + "\n")
+    text.append(table(["Ratio", "Value"], [[k, fmt(res[k])] for k in
+                                           ("uneven_over_plain_tf", "unsplit_over_plain_tf",
+                                            "virtual_processors_over_edgemesh") if k in res]) + "\n")
+    return "\n".join(text), []
+
+
+def faults_section(rec, out_dir) -> tuple[str, list[str]]:
+    res = result(rec)
+    text = ["## Faults\n", _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    rows = res.get("scenarios", [])
+    keys = sorted({k for r in rows for k in r})
+    text.append(table(keys, [[fmt(r.get(k)) for k in keys] for r in rows]) + "\n")
+    return "\n".join(text), []
+
+
+SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, "planner": planner_section,
+            "emulation": emulation_section, "uneven_split": uneven_section, "faults": faults_section}
+
+
+def render(results_dir: str, out_dir: str) -> str:
+    """Writes <out_dir>/REPORT.md and its PNGs from the records in ``results_dir``; returns the path."""
+    machine, records = load(results_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    head = ["# edgemesh_tf benchmark report\n"]
+    if machine.get("quick"):
+        head.append("> **Quick smoke run** (`make bench QUICK=1`): every benchmark ran small; "
+                    "these figures are not evidence.\n")
+    head.append(f"Generated by `{machine.get('command', 'make bench')}` on {machine.get('date')} "
+                f"(git {str(machine.get('git_commit'))[:10]}), {fmt(machine.get('seconds'), 0)} s in all.\n")
+    head.append(table(["Machine", ""], [["CPU", machine.get("cpu_model")], ["Cores", machine.get("cores")],
+                                       ["Memory", fmt(machine.get("memory_gib"), 1, " GiB")],
+                                       ["Platform", machine.get("platform")], ["Python", machine.get("python")],
+                                       ["TensorFlow", machine.get("tensorflow")],
+                                       ["mesh-tensorflow", machine.get("mesh-tensorflow")]]) + "\n")
+    head.append(table(["Benchmark", "Status", "Seconds", "Command"],
+                      [[n, "ok" if r.get("status") == "ok" else f"**failed** ({r.get('error')})",
+                        fmt(r.get("seconds"), 0), f"`{r.get('command', '—')}`"] for n, r in records.items()]) + "\n")
+    body = []
+    for name in ("time_to_accuracy", "edgemesh_claims", "planner", "emulation", "uneven_split", "faults"):
+        text, _ = SECTIONS[name](records[name], out_dir)
+        body.append(text)
+    failed = [r for r in records.values() if r.get("status") != "ok" and r.get("stderr_tail")]
+    if failed:
+        body.append("## Failures\n")
+        for r in failed:
+            body.append(f"### {r['name']}: {r.get('error')}\n```\n" + "\n".join(r["stderr_tail"]) + "\n```\n")
+    path = os.path.join(out_dir, "REPORT.md")
+    with open(path, "w") as f:
+        f.write("\n".join(head + body).replace("\n\n\n", "\n\n"))
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--results", default=os.path.join(here, "results"))
+    ap.add_argument("--out", default=here)
+    args = ap.parse_args()
+    print(render(args.results, args.out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Runs every benchmark under bench/ and writes bench/REPORT.md with its plots (`make bench`).
+
+    python bench/suite.py [--quick] [--results bench/results] [--out bench] [--only NAME,...]
+
+Each benchmark runs as its own process with a bounded time; its JSON (stdout), exit code, wall
+time and the tail of its stderr go to <results>/<name>.json, with the machine and versions in
+<results>/machine.json. A benchmark that fails, times out or prints no JSON is recorded as failed
+and shown as failed in the report. --quick runs every benchmark small (a smoke run of the whole
+pipeline, about 10 minutes); its figures are not evidence. The report is rendered by
+bench/report.py from the recorded files alone (`python bench/report.py --results DIR`).
+"""
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+import report  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class Bench:
+    """One benchmark: its script under bench/, arguments of the full and the quick run, timeout (s)."""
+
+    name: str
+    script: str
+    full: tuple[str, ...]
+    quick: tuple[str, ...]
+    timeout_s: float
+
+
+CLUSTER = ("--cluster", "layouts/edge4.yaml")
+ALL_SIX = "bsp,asp,ssp,local_sgd,adsp,ashl"
+BENCHES = (
+    Bench("uneven_split", "uneven_split.py", ("--steps", "30"), ("--steps", "5", "--round", "5"), 900),
+    Bench("emulation", "emulation.py", CLUSTER, CLUSTER + ("--rounds", "1"), 600),
+    Bench("planner", "planner.py", CLUSTER + ("--steps", "15"),
+          CLUSTER + ("--steps", "3", "--memory_models", ""), 1200),
+    Bench("edgemesh_claims", "edgemesh_claims.py", CLUSTER + ("--steps", "12"),
+          CLUSTER + ("--steps", "3", "--memory", "0", "--dataset", "digits"), 1200),
+    Bench("time_to_accuracy", "time_to_accuracy.py",
+          CLUSTER + ("--repeats", "3", "--homo_strategies", ALL_SIX, "--homo_repeats", "1"),
+          CLUSTER + ("--repeats", "1", "--strategies", "bsp,ashl", "--homo_strategies", "ashl",
+                     "--budget_s", "10", "--target", "0.9", "--tail_s", "1"), 3000),
+    Bench("faults", "faults.py", CLUSTER, CLUSTER + ("--quick", "--scenarios", "c,d,e"), 1500),
+)
+
+
+def machine(command: str) -> dict:
+    """Cores, CPU model, memory, versions, date, git commit and the exact command of this run."""
+    info = {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
+        with open("/proc/meminfo") as f:
+            kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal"))
+        info["memory_gib"] = round(kb / 2 ** 20, 1)
+    except (OSError, StopIteration, ValueError):
+        pass
+    from importlib.metadata import PackageNotFoundError, version
+    for key, dists in (("tensorflow", ("tensorflow-cpu", "tensorflow")), ("mesh-tensorflow", ("mesh-tensorflow",))):
+        info[key] = None  # a missing package is reported, not fatal
+        for dist in dists:
+            try:
+                info[key] = f"{version(dist)} ({dist})"
+                break
+            except PackageNotFoundError:
+                continue
+    try:
+        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                            text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        info["git_commit"] = None
+    return info
+
+
+def _last_json(stdout: str):
+    """The JSON object a benchmark printed: the whole stdout, else its last line that parses."""
+    try:
+        return json.loads(stdout)
+    except ValueError:
+        for line in reversed(stdout.strip().splitlines()):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def run_bench(b: Bench, quick: bool) -> dict:
+    """Runs one benchmark in its own process group; never longer than its timeout."""
+    args = [sys.executable, os.path.join("bench", b.script), *(b.quick if quick else b.full)]
+    rec = {"name": b.name, "command": " ".join(shlex.quote(a) for a in ["python", *args[1:]]),
+           "timeout_s": b.timeout_s, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": quick}
+    if not os.path.exists(os.path.join(HERE, b.script)):
+        return {**rec, "status": "failed", "error": f"bench/{b.script} does not exist", "seconds": 0.0}
+    t0 = time.monotonic()
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=b.timeout_s)
+        error = None if proc.returncode == 0 else f"exit code {proc.returncode}"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)  # its own session: the benchmark and its children only
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        error = f"timed out after {b.timeout_s:.0f} s"
+    result = _last_json(out)
+    if result is None and error is None:
+        error = "printed no JSON"
+    rec.update(seconds=round(time.monotonic() - t0, 1), exit_code=proc.returncode, result=result,
+               status="failed" if error else "ok", error=error, stderr_tail=err.strip().splitlines()[-15:])
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small smoke run (~10 min); figures are not evidence")
+    ap.add_argument("--results", default=os.path.join(HERE, "results"), help="directory of the recorded JSON")
+    ap.add_argument("--out", default=HERE, help="directory of REPORT.md and its plots")
+    ap.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
+    args = ap.parse_args()
+    only = [n for n in args.only.split(",") if n]
+    unknown = set(only) - {b.name for b in BENCHES}
+    if unknown:
+        sys.exit(f"bench/suite.py: unknown benchmarks {sorted(unknown)}; expected some of {[b.name for b in BENCHES]}")
+    os.makedirs(args.results, exist_ok=True)
+    info = machine(" ".join(["python", "bench/suite.py", *sys.argv[1:]]))
+    info["quick"] = args.quick
+    t0 = time.monotonic()
+    for b in BENCHES:
+        if only and b.name not in only:
+            continue
+        print(f"[bench] {b.name}: running (at most {b.timeout_s:.0f} s)", file=sys.stderr, flush=True)
+        rec = run_bench(b, args.quick)
+        print(f"[bench] {b.name}: {rec['status']} in {rec['seconds']} s"
+              + (f" ({rec['error']})" if rec["error"] else ""), file=sys.stderr, flush=True)
+        with open(os.path.join(args.results, f"{b.name}.json"), "w") as f:
+            json.dump(rec, f, indent=1)
+    info["seconds"] = round(time.monotonic() - t0, 1)
+    with open(os.path.join(args.results, "machine.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    path = report.render(args.results, args.out)
+    print(f"[bench] wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

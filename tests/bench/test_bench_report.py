@@ -1,0 +1,128 @@
+"""bench/report.py renders REPORT.md and its plots from recorded benchmark JSON (the quick mode's
+report generation on a small recorded input); bench/suite.py records failures as failed."""
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RECORDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recorded")
+
+
+def _load(name):
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    try:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", name + ".py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.pop(0)
+
+
+report = _load("report")
+suite = _load("suite")
+
+
+def _rec(name):
+    with open(os.path.join(RECORDED, name + ".json")) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    path = report.render(RECORDED, str(out))
+    with open(path) as f:
+        return out, f.read()
+
+
+def test_every_plot_is_written_as_png(rendered):
+    out, text = rendered
+    for png in ("tta_edge4.png", "tta_homo4.png", "claims.png", "planner.png", "emulation.png"):
+        with open(out / png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n", png
+        assert f"({png})" in text, png
+
+
+def test_ratios_equal_the_time_to_accuracy_json(rendered):
+    _, text = rendered
+    tta = _rec("time_to_accuracy")["result"]
+    shown = lambda v, digits: "—" if v is None else str(round(v, digits))  # noqa: E731
+    assert tta["ratios"]["ashl_over_adsp"] is not None  # the recorded run has a figure to compare
+    for key in ("ashl_over_bsp", "ashl_over_adsp", "homogeneous_ashl_over_bsp"):
+        m = re.search(r"`%s` = ([0-9]+(?:\.[0-9]+)?|—)" % key, text)
+        assert m, key
+        assert m.group(1) == shown(tta["ratios"][key], 4), key
+    # the table's ASHL row shows the same ratios (rounded to 3 places)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| ASHL |"))
+    assert row.split("|")[-3].strip() == shown(tta["ratios"]["ashl_over_bsp"], 3)
+    assert row.split("|")[-2].strip() == shown(tta["ratios"]["ashl_over_adsp"], 3)
+    for name, s in tta["heterogeneous"]["strategies"].items():
+        assert report.LABELS[name] in text
+        assert f"{s['final_accuracy']}" in text or s["final_accuracy"] is None
+
+
+def test_claims_shown_beside_the_papers(rendered):
+    _, text = rendered
+    claims = _rec("edgemesh_claims")["result"]
+    row = next(ln for ln in text.splitlines() if ln.startswith("| hybrid against single |"))
+    assert f"| {round(claims['ratios']['delay_single_over_hybrid'], 2)}× |" in row
+    assert "3.2×" in row and "-43%" in row
+
+
+def test_failed_benchmark_shows_as_failed(rendered):
+    _, text = rendered
+    faults = _rec("faults")
+    assert faults["status"] == "failed"
+    assert f"| faults | **failed** ({faults['error']})" in text
+    assert f"## Faults\n\n**FAILED**: {faults['error']}." in text
+    # its rows are still shown
+    for row in faults["result"]["scenarios"]:
+        assert row["what"] in text
+
+
+def test_quick_banner_machine_and_command(rendered):
+    _, text = rendered
+    machine = _rec("machine")
+    assert "Quick smoke run" in text
+    assert machine["command"] in text and str(machine["cores"]) in text
+    assert machine["tensorflow"] in text
+
+
+def test_missing_record_is_reported_not_dropped(tmp_path):
+    shutil.copytree(RECORDED, tmp_path / "rec")
+    os.remove(tmp_path / "rec" / "planner.json")
+    text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
+    assert "| planner | **failed** (not run: planner.json" in text
+
+
+def test_malformed_record_names_the_file(tmp_path):
+    shutil.copytree(RECORDED, tmp_path / "rec")
+    (tmp_path / "rec" / "planner.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"planner\.json: not valid JSON"):
+        report.render(str(tmp_path / "rec"), str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("body,status,error", [
+    ("import json; print(json.dumps({'x': 1}))", "ok", None),
+    ("import sys; print('no json'); sys.exit(0)", "failed", "printed no JSON"),
+    ("import json, sys; print(json.dumps({'x': 1})); sys.exit(1)", "failed", "exit code 1"),
+    ("import time; time.sleep(60)", "failed", "timed out after 2 s"),
+])
+def test_suite_records_each_outcome(tmp_path, body, status, error):
+    script = tmp_path / "b.py"
+    script.write_text(body)
+    rec = suite.run_bench(suite.Bench("b", str(script), (), (), 2), quick=False)
+    assert rec["status"] == status
+    assert rec["error"] == error
+    assert rec["seconds"] < 30
+
+
+def test_suite_missing_script_is_failed():
+    rec = suite.run_bench(suite.Bench("nope", "does_not_exist.py", (), (), 5), quick=True)
+    assert rec["status"] == "failed" and "does_not_exist.py does not exist" in rec["error"]
