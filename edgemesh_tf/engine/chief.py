@@ -382,7 +382,8 @@ class Chief:
 
     def _check_liveness(self, sess, stats, now: float) -> None:
         """Declares lost every live group whose process exited or whose heartbeat has not changed
-        for lost_after_s (measured on the chief's clock, so the hosts' clocks need not agree)."""
+        for lost_after_s, or 3 of its last rounds if longer (measured on the chief's clock, so the
+        hosts' clocks need not agree)."""
         exited = self.exited_groups()
         tick = time.monotonic()
         for g, s in stats.items():
@@ -392,12 +393,13 @@ class Chief:
             if g not in self._heard or self._heard[g][0] != hb:
                 self._heard[g] = (hb, tick)
             silent = tick - self._heard[g][1]
-            if g in exited or silent > self.cfg.lost_after_s:
+            limit = max(self.cfg.lost_after_s, 3 * s["round_s"])  # a slow group's long rounds are not silence
+            if g in exited or silent > limit:
                 self._probe_ps(sess)  # groups also leave when the ps is gone: that is the ps's fault, not theirs
             if g in exited:
                 self._declare_lost(sess, g, exited[g], now)
-            elif silent > self.cfg.lost_after_s:
-                self._declare_lost(sess, g, "no report for %.1f s (limit %.1f s)" % (silent, self.cfg.lost_after_s), now)
+            elif silent > limit:
+                self._declare_lost(sess, g, "no report for %.1f s (limit %.1f s)" % (silent, limit), now)
 
     def _declare_lost(self, sess, group: str, why: str, now: float) -> None:
         self.controls = rules.drop_lost(self.controls, group)

@@ -73,6 +73,7 @@ class GroupRunner:
         self._share, self._stream, self._round = None, None, 0
         self._pending = None  # the last round's report, written with the next read of the board
         self._last_loss, self._last_round_s = float("nan"), 0.0
+        self._done = False  # made its max_rounds: every later report says so
         os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
         self.log = open(os.path.join(cfg.logdir, "groups", self.name + ".jsonl"), "a")
 
@@ -255,16 +256,17 @@ class GroupRunner:
                 "profile_push_ms": 1000 * min(p for _, p in self._prof_comm),
                 "profiled": 1.0}
 
-    def _stats(self, loss: float, round_s: float = 0.0, done: bool = False) -> dict:
+    def _stats(self, loss: float, round_s: float = 0.0) -> dict:
         self._last_loss, self._last_round_s = loss, round_s
         return self.g.board.stats_vector(self.name, {**self.totals, **self.profile, "loss": loss,
                                                      "heartbeat": time.time(), "round_s": round_s,
-                                                     "done": float(done)})
+                                                     "done": float(self._done)})
 
     def _report(self, sess, loss: float, done: bool = False):
+        self._done = self._done or done
         """Writes the report now (at start-up and after the last round; rounds send theirs with
         the next read)."""
-        self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss, done=done)}, self.cfg.ps_timeout_s)
+        self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss)}, self.cfg.ps_timeout_s)
         self._pending = None
 
 

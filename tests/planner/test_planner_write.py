@@ -83,13 +83,14 @@ def test_cli_writes_plan_and_rejects_bad_profiles(tmp_path):
     data["devices"][2]["bandwidth_mbit"] = -5
     broken.write_text(json.dumps(data))
     for path, message in ((str(tmp_path / "missing.json"), "does not exist"),
-                          (str(broken), "device edge2: bandwidth_mbit must be a number > 0 (Mbit/s), got -5")):
+                          (str(broken), "device 'edge2': field 'bandwidth_mbit' must be a finite number > 0, got -5")):
         run = _cli("--profile", path, "--out", out)
         assert run.returncode != 0 and message in run.stderr, run.stderr[-2000:]
         assert "Traceback" not in run.stderr
     del data["devices"][0]["layers"]
     broken.write_text(json.dumps(data))
     run = _cli("--profile", str(broken))
-    assert run.returncode != 0 and "not a valid profile" in run.stderr and "Traceback" not in run.stderr
+    assert run.returncode != 0 and "field 'layers' must be a non-empty list" in run.stderr
+    assert "Traceback" not in run.stderr
     run = _cli("--profile", prof, "--model", "resnet")
     assert run.returncode != 0 and "measured for model 'vgg', not 'resnet'" in run.stderr

@@ -63,5 +63,5 @@ def test_profile_edge2(vgg_digits, tmp_path):
 def test_bad_profile_file_is_named(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"model": "vgg"}')
-    with pytest.raises(ValueError, match="bad.json: not a valid profile"):
+    with pytest.raises(ValueError, match=r"bad.json: field 'image_shape' must be a list of 3 positive integers"):
         load_profile(str(bad))
