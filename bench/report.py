@@ -77,6 +77,14 @@ def _median_run(summary):
     return timed[len(timed) // 2] if len(timed) == len(runs) and timed else (runs[0] if runs else None)
 
 
+def _quotient(cluster_result, a, b):
+    """time to target of a / of b (medians), None if either is missing."""
+    s = cluster_result["strategies"]
+    ta = s.get(a, {}).get("time_to_target_s")
+    tb = s.get(b, {}).get("time_to_target_s")
+    return None if ta is None or tb is None else round(ta / tb, 4)
+
+
 def plot_tta(res: dict, target: float, path: str, title: str) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, summary in res["strategies"].items():
@@ -127,11 +135,8 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
         prefix = "" if key == "heterogeneous" else "homogeneous_"
         rows = []
         for n, s in c["strategies"].items():
-            over = {b: (ratios.get(f"{n}_over_{b}") if key == "heterogeneous" else
-                        ratios.get(f"{prefix}{n}_over_{b}")) for b in ("bsp", "adsp")}
-            for b in over:
-                if n == b:
-                    over[b] = 1.0
+            # the JSON's own ratio where it printed one, else the same quotient of the medians shown
+            over = {b: ratios.get(f"{prefix}{n}_over_{b}", _quotient(c, n, b)) for b in ("bsp", "adsp")}
             rows.append([LABELS.get(n, n), fmt(s["time_to_target_s"], 2, " s"), s.get("reached", "—"),
                          fmt(s["final_accuracy"], 4), fmt(s["bytes_sent"] / 1e6 if s.get("bytes_sent") is not None
                                                           else None, 1, " MB"),
@@ -142,7 +147,7 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
         text.append(table(["Strategy", "Time to target", "Reached", "Final accuracy", "Sent", "Waiting",
                            "÷ BSP", "÷ ADSP"], rows) + "\n")
     text.append("Ratios as printed by `bench/time_to_accuracy.py` in this run: "
-                + ", ".join(f"`{k}` = {fmt(v, 4)}" for k, v in ratios.items() if k.startswith(("ashl_over", "homogeneous")))
+                + ", ".join(f"`{k}` = {fmt(v, 4)}" for k, v in ratios.items() if k.startswith(("ashl_over", "homogeneous_ashl_over")))
                 + ".\n")
     checks = res.get("checks", {})
     if checks:
@@ -152,6 +157,14 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
 
 
 # --- EdgeMesh's claims -----------------------------------------------------------------------
+
+def _division(group) -> str:
+    if group["sizes"]:
+        return ", ".join(f"{k} {v}" for k, v in group["sizes"].items())
+    if len(group["devices"]) > 1:
+        return "(no layer split: the planner found no division that pays on these links)"
+    return "(whole model)"
+
 
 def claims_section(rec, out_dir) -> tuple[str, list[str]]:
     res = result(rec)
@@ -166,8 +179,15 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
     rows = []
     for m, d in modes.items():
         mem = d.get("mean_peak_bytes")
-        rows.append([m, fmt(d["ms_per_example"], 3, " ms"), fmt(mem / MIB if mem is not None else None, 1, " MiB")])
-    text.append(table(["Mode", "Delay per example", "Mean peak memory per device"], rows) + "\n")
+        steps = ", ".join(fmt(x, 1) for x in d["median_step_ms"]) if isinstance(d["median_step_ms"], list) \
+            else fmt(d["median_step_ms"], 1)
+        peaks = ", ".join(f"{n} {v / MIB:.0f}" for n, v in (d.get("peak_bytes") or {}).items()) or "—"
+        rows.append([m, steps, fmt(d["ms_per_example"], 3, " ms"), peaks,
+                     fmt(mem / MIB if mem is not None else None, 1, " MiB")])
+    text.append(table(["Mode", "Median step per replica (ms)", "Delay per example", "Peak per device (MiB)",
+                       "Mean peak per device"], rows) + "\n")
+    text.append("Delay reduction = the baseline's delay per example ÷ the mode's; memory change = the mode's mean "
+                "peak per device ÷ the baseline's − 1 (negative: less memory).\n")
     r = res["ratios"]
     paper = res.get("paper", {})
     crow = []
@@ -181,9 +201,7 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
                 + "\n")
     for m in ("filter_split", "hybrid"):
         groups = res.get(f"{m}_plan", [])
-        text.append(f"- `{m}` plan: " + "; ".join(
-            "[" + ", ".join(g["devices"]) + "]" + (" " + ", ".join(f"{k} {v}" for k, v in g["sizes"].items())
-                                                  if g["sizes"] else " (whole model)") for g in groups))
+        text.append(f"- `{m}` plan: " + "; ".join("[" + ", ".join(g["devices"]) + "] " + _division(g) for g in groups))
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     names = list(modes)
     axes[0].bar(names, [modes[m]["ms_per_example"] for m in names], color="tab:blue")

@@ -44,6 +44,10 @@ def define_flags(sync=None, logdir="runs/hybrid", time_budget_s=300.0, target_ac
                        "compute.")
     flags.DEFINE_bool("error_feedback", _D.error_feedback, "Keep what top-k dropped for the next push.")
     flags.DEFINE_float("replan_interval_s", _D.replan_interval_s, "ASHL: re-plan H, D, R this often (s).")
+    flags.DEFINE_float("drift", _D.drift, "ASHL: re-plan at once when a group's iteration time is off the plan's "
+                       "by more than this fraction ...", lower_bound=0.01)
+    flags.DEFINE_integer("drift_evals", _D.drift_evals, "... for this many evaluation intervals in a row.",
+                         lower_bound=1)
     flags.DEFINE_float("time_budget_s", time_budget_s, "Hybrid: training wall-time budget (s).", lower_bound=0.1)
     flags.DEFINE_float("target_accuracy", target_accuracy, "Hybrid: stop at this held-out accuracy (0..1).")
     flags.DEFINE_float("eval_interval_s", 2.0, "Hybrid: seconds between the chief's evaluations.", lower_bound=0.05)
@@ -64,7 +68,7 @@ def sync_config() -> SyncConfig:
                       profile_steps=FLAGS.profile_steps, adsp_period_s=FLAGS.adsp_period_s,
                       adsp_commits=FLAGS.adsp_commits, compression=FLAGS.compression, ratio=FLAGS.compression_ratio,
                       min_ratio=FLAGS.min_ratio, push_budget=FLAGS.push_budget, error_feedback=FLAGS.error_feedback,
-                      replan_interval_s=FLAGS.replan_interval_s)
+                      replan_interval_s=FLAGS.replan_interval_s, drift=FLAGS.drift, drift_evals=FLAGS.drift_evals)
 
 
 def progress_line(rec: dict) -> str | None:

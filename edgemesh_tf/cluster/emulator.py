@@ -74,6 +74,7 @@ class EmulatedCluster:
         self._procs: dict[str, subprocess.Popen] = {}
         self._client_addresses: dict[str, str] = {}
         self._closed = False
+        self._cpu: dict[str, tuple[cgroup.CpuGroup, float, int]] = {}  # name -> (cgroup, calibrated cores, period µs)
         self.exit_codes: dict[str, int] = {}  # filled by close(): 0 = clean exit on SIGTERM
 
     @property
@@ -100,6 +101,19 @@ class EmulatedCluster:
     def step_delay_s(self, name: str, step_s: float) -> float:
         """Seconds to sleep after a step of `step_s` on `name` (0 unless compute == 'step-delay')."""
         return (self.devices[name].step_delay_factor - 1.0) * step_s
+
+    def set_slowdown(self, name: str, factor: float) -> float:
+        """Makes device `name` `factor` times slower than its cluster file says (1.0 restores it) by
+        scaling its cgroup CPU quota; returns the new quota in cores. Needs cgroup compute."""
+        if name not in self._cpu:
+            raise ValueError("device %s has no CPU quota to change (compute %s; only devices with a speed under "
+                             "cgroup compute can be slowed)" % (name, self.compute))
+        if not (isinstance(factor, (int, float)) and factor > 0):
+            raise ValueError("slowdown factor of %s must be > 0, got %r" % (name, factor))
+        group, cores, period_us = self._cpu[name]
+        group.set_quota(cores / factor, period_us)
+        logging.info("device %s slowed %.3gx: %.3f cores", name, factor, cores / factor)
+        return cores / factor
 
     def check(self) -> None:
         """Raises RuntimeError naming any child process that has exited."""
@@ -249,6 +263,7 @@ def _limit_cpu(cluster: EmulatedCluster, compute: str, period_us: int, cores: di
         group.set_quota(c, period_us)
         group.set_priority()
         group.add(cluster._procs[name].pid)
+        cluster._cpu[name] = (group, c, period_us)
         logging.info("device %s: speed %.3g -> %.3f cores (%s, period %d us)", name,
                      cluster.spec.device(name).speed, c, compute, period_us)
 

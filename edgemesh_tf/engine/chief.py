@@ -47,6 +47,12 @@ def _close_quietly(sess) -> None:
         pass
 
 
+def _plan_view(controls) -> dict:
+    """{group: {"H", "D", "R"}} of the live groups: what a re-plan changes."""
+    return {g: {"H": c.local_steps, "D": round(c.share, 4), "R": round(c.ratio, 4)}
+            for g, c in controls.items() if not c.lost}
+
+
 class PSLost(RuntimeError):
     """The parameter server stopped answering; the message names its task."""
 
@@ -65,6 +71,9 @@ class Chief:
         self._heard: dict[str, tuple[float, float]] = {}  # group -> (last heartbeat value, monotonic time it changed)
         self._rejected = 0
         self.t0 = None
+        self._planned_ms: dict[str, float] = {}  # ASHL: each group's iteration time (ms) at the last plan
+        self._drifting: dict[str, tuple[int, dict]] = {}  # group -> (evaluations off the plan in a row, totals then)
+        self._eval_totals = None  # totals at the last evaluation
         self.sync = cfg.sync
         self.data = load_dataset(cfg.dataset, cfg.data_path)
         spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
@@ -214,12 +223,13 @@ class Chief:
         return [schedule.WorkerTiming(g, max(1e-3, s["profile_iter_ms"]), s["profile_pull_ms"] + s["profile_push_ms"],
                                       s["profile_push_ms"], s["profile_pull_ms"]) for g, s in self._live(stats).items()]
 
-    def _live_timings(self, stats, totals) -> list[schedule.WorkerTiming] | None:
-        """Timings measured over the rounds since the last plan (None until every group has
-        committed in that window). A compressed push's full-size time is the profiled one."""
+    def _live_timings(self, stats, totals, since=None) -> list[schedule.WorkerTiming] | None:
+        """Timings measured over the rounds since the last plan, or since the totals `since` (None
+        until every live group has committed in that window). A compressed push's full-size time is
+        the profiled one."""
         out = []
         for g, t in self._live(totals).items():
-            base = self._plan_totals.get(g, {})
+            base = (self._plan_totals if since is None else since).get(g, {})
             d = {k: t[k] - base.get(k, 0.0) for k in CUMULATIVE}
             if d["steps"] < 1 or d["commits"] < 1:
                 return None
@@ -233,8 +243,11 @@ class Chief:
 
     def _plan(self, sess, phase: str, timings, totals, why: str) -> None:
         """ASHL: new H_i, D_i, R_i for `phase` from `timings`; enters `phase` (or re-plans it)."""
+        old = self.controls
         self.controls = {**self.controls, **rules.ashl_controls(self.sync, timings, phase, self.controls)}
         self._plan_totals, self._plan_t = totals, self.elapsed()
+        self._planned_ms = {t.name: t.iter_ms for t in timings}
+        self._drifting = {}
         why += "; " + ", ".join("%s %.1f ms/iter, pull %.0f ms, push %.0f ms -> H %d, R %.3g" % (
             t.name, t.iter_ms, t.other_ms, t.push_ms, self.controls[t.name].local_steps, self.controls[t.name].ratio)
             for t in timings)
@@ -244,15 +257,24 @@ class Chief:
             self._enter(sess, phase, why)
         else:
             self.g.board.write_controls(sess, self.controls, self.cfg.ps_timeout_s)
-            self._record({"event": "replan", "phase": phase, "t": round(self.elapsed(), 3), "why": why})
+            rec = {"event": "replan", "phase": phase, "t": round(self.elapsed(), 3), "why": why,
+                   "old": _plan_view(old), "new": _plan_view(self.controls)}
+            self.report.replan(rec)
+            self._record(rec)
 
     def _drive(self, sess, stats, totals, accuracy, loss) -> None:
         if self.sync.strategy == "ashl" and self.phase in ("ahl", "shl"):
             steps = int(sum(t["steps"] for t in totals.values()))
             live = self._live_timings(stats, totals)
+            drifted = self._drift(totals)
             if self.phase == "ahl" and self.phases.observe_loss(loss, steps, self.elapsed()) == "shl":
                 self._plan(sess, "shl", live or self._timings(stats), totals,
                            "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss))
+            elif drifted:
+                since = min((d[3] for d in drifted), key=lambda tot: sum(t["steps"] for t in tot.values()))
+                self._plan(sess, self.phase, self._live_timings(stats, totals, since) or live, totals, "drift: " + "; ".join(
+                    "%s %.1f ms/iter planned, %.1f ms/iter over the last %d evaluations"
+                    % (g, planned, ms, self.sync.drift_evals) for g, planned, ms, _ in drifted))
             elif live and self.elapsed() - self._plan_t >= self.sync.replan_interval_s:
                 self._plan(sess, self.phase, live, totals, "re-plan from the last %.0f s"
                            % (self.elapsed() - self._plan_t))
@@ -264,6 +286,14 @@ class Chief:
                 self.controls = {g: dataclasses.replace(c, timer_s=timer) for g, c in self.controls.items()}
                 self.g.board.write_controls(sess, self.controls, self.cfg.ps_timeout_s)
                 self._record({"event": "adsp", "t": round(self.elapsed(), 3), "commits_per_period": count})
+
+    def _drift(self, totals) -> list[tuple[str, float, float, dict]]:
+        prev, self._eval_totals = self._eval_totals, {g: dict(t) for g, t in totals.items()}
+        if prev is None:
+            return []
+        out, self._drifting = rules.drift_step(prev, self._live(totals), self._planned_ms, self._drifting,
+                                               self.sync.drift, self.sync.drift_evals)
+        return out
 
     # -- main loop --
 

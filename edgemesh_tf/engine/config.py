@@ -38,6 +38,9 @@ class SyncConfig:
     error_feedback: keep what top-k dropped and add it to the next update.
     replan_interval_s: ASHL re-plans H_i, D_i and R_i from the rounds measured since the last plan
       this often (and at the switch to SHL).
+    drift / drift_evals: ASHL also re-plans at once when a group's iteration time over each of the
+      last `drift_evals` evaluation intervals differs from the plan's by more than the fraction
+      `drift` (e.g. 0.5: 1.5x slower or faster), and says which group drifted.
     """
 
     strategy: str = "ashl"
@@ -55,6 +58,8 @@ class SyncConfig:
     push_budget: float = 0.25
     replan_interval_s: float = 10.0
     error_feedback: bool = True
+    drift: float = 0.5
+    drift_evals: int = 3
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -65,13 +70,13 @@ class SyncConfig:
             raise ValueError("compression must be one of %s, got %r" % (", ".join(COMPRESSIONS), self.compression))
         for name in ("staleness",):
             _check_int(name, getattr(self, name), 0)
-        for name in ("local_steps", "ahl_h_preset", "shl_h_preset", "profile_steps", "adsp_commits"):
+        for name in ("local_steps", "ahl_h_preset", "shl_h_preset", "profile_steps", "adsp_commits", "drift_evals"):
             _check_int(name, getattr(self, name), 1)
         for name in ("ratio", "min_ratio"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0 < v <= 1):
                 raise ValueError("%s must be a fraction of entries in (0, 1], got %r" % (name, v))
-        for name in ("adsp_period_s", "push_budget", "replan_interval_s"):
+        for name in ("adsp_period_s", "push_budget", "replan_interval_s", "drift"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError("%s must be > 0, got %r" % (name, v))

@@ -3,7 +3,8 @@
 Tags (see summaries/writers.py for the run directories):
   total:    accuracy, loss (training loss of the global model), phase (0 profiling, 1 AHL, 2 SHL,
             3 train), examples_per_sec, bytes_sent, bytes_received, waiting_s; texts
-            "layout_table" (markdown), "phase_switches", "faults" (groups lost, updates rejected),
+            "layout_table" (markdown), "phase_switches", "replans" (old and new H, D, R per group),
+            "faults" (groups lost, updates rejected),
             "live_groups" and "rejected_updates" scalars; image "layout_picture"; hparams. (One tag
             per plugin: TensorBoard gives a tag to the first plugin that writes it.)
   <group>:  group/examples_per_sec, group/waiting_s, group/bytes_sent, group/bytes_received,
@@ -79,6 +80,16 @@ class JobReport:
     def phase(self, rec: dict) -> None:
         self.tb.text("total", "phase_switches", "**%s → %s** at %.1f s: %s" % (rec["from"], rec["to"], rec["t"],
                                                                                 rec["why"]), rec["t"])
+        self.tb.flush()
+
+    def replan(self, rec: dict) -> None:
+        """A re-plan with its reason and the old and new H, D, R per group, as a markdown table."""
+        rows = ["| group | H | D | R |", "|---|---|---|---|"]
+        for g, new in rec["new"].items():
+            old = rec["old"].get(g, {})
+            rows.append("| %s | %s | %s | %s |" % (g, *("%s → %s" % (old.get(k, "—"), new[k]) for k in ("H", "D", "R"))))
+        self.tb.text("total", "replans", "**re-plan** at %.1f s (%s): %s\n\n%s" % (
+            rec["t"], rec["phase"], rec["why"], "\n".join(rows)), rec["t"])
         self.tb.flush()
 
     def fault(self, rec: dict) -> None:

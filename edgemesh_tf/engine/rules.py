@@ -135,6 +135,31 @@ def drop_lost(controls: Mapping[str, GroupControl], lost: str) -> dict[str, Grou
     return out
 
 
+def drift_step(prev: Mapping[str, Mapping[str, float]], totals: Mapping[str, Mapping[str, float]],
+               planned_ms: Mapping[str, float], drifting: Mapping[str, tuple[int, dict]], fraction: float,
+               evals: int) -> tuple[list[tuple[str, float, float, dict]], dict[str, tuple[int, dict]]]:
+    """One evaluation of ASHL's drift check. prev / totals: each group's cumulative statistics at the
+    last evaluation and now; planned_ms: its iteration time (ms) in the current plan; drifting:
+    {group: (evaluations off the plan in a row, totals when that began)} from the last call.
+    A group is off the plan when its iteration time over the interval differs from the plan's by
+    more than `fraction` (either way); after `evals` intervals in a row it has drifted.
+    Returns ([(group, planned ms, measured ms, totals when the drift began)], new drifting)."""
+    out, now = [], dict(drifting)
+    for g, t in totals.items():
+        planned, steps = planned_ms.get(g), t["steps"] - prev[g]["steps"]
+        if not planned or steps < 1:
+            continue  # nothing new measured: the count stands
+        ms = 1000 * (t["compute_s"] - prev[g]["compute_s"]) / steps
+        if max(ms / planned, planned / ms) > 1 + fraction:
+            n, since = now.get(g, (0, dict(prev)))
+            now[g] = (n + 1, since)
+            if n + 1 >= evals:
+                out.append((g, planned, ms, since))
+        else:
+            now.pop(g, None)
+    return out, now
+
+
 def live_counts(commits: Mapping[str, int], controls: Mapping[str, GroupControl]) -> dict[str, int]:
     """Commit counts of the groups the chief has not declared lost (the ones gates wait for)."""
     return {g: c for g, c in commits.items() if not controls[g].lost}

@@ -80,11 +80,21 @@ def test_up_run_ops_and_down_leaves_nothing():
             quota = int(open(os.path.join(group, "cpu.cfs_quota_us")).read())
             assert period <= 10000 and quota / period == pytest.approx(cores, rel=0.01)
             assert d.pid in [int(x) for x in open(os.path.join(group, "cgroup.procs")).read().split()]
+            # a device slowed (and restored) mid-run: its quota scales, its period stays
+            assert cluster.set_slowdown(name, 3.0) == pytest.approx(cores / 3, rel=0.01)
+            quota3 = int(open(os.path.join(group, "cpu.cfs_quota_us")).read())
+            assert quota3 / period == pytest.approx(cores / 3, rel=0.01)
+            cluster.set_slowdown(name, 1.0)
+            assert int(open(os.path.join(group, "cpu.cfs_quota_us")).read()) == quota
             host_if = netns.link_for(run_id, cluster.run.data["slot"], 0 if name == "w0" else 1, name, None).host_if
             assert "tbf" in netns.run("tc", "qdisc", "show", "dev", host_if).stdout
         # Delay applied (not missing, not doubled); the margin absorbs scheduling on a busy 2-core machine.
         assert 0.9 * 8.0 <= measure.latency_ms(cluster.devices["w1"].address) <= 8.0 + 3.0
         assert measure.latency_ms(cluster.devices["ps0"].address) < 1.0
+        with pytest.raises(ValueError, match="device ps0 has no CPU quota"):
+            cluster.set_slowdown("ps0", 2.0)
+        with pytest.raises(ValueError, match="factor of w0 must be > 0"):
+            cluster.set_slowdown("w0", 0)
         with open(cluster.devices["w0"].log) as f:
             assert "server ready: /job:worker/task:0" in f.read()
         pids = [d.pid for d in cluster.devices.values()]

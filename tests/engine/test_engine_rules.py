@@ -101,3 +101,27 @@ def test_drop_lost_hands_the_lost_groups_data_and_weight_to_the_live_ones():
     shares = {g: c.share for g, c in out.items()}
     ranges = [rules.shard_range(shares, g, 1000) for g in ("a", "c")]
     assert ranges[0][0] == 0 and sum(e - b for b, e in ranges) >= 999
+
+
+def test_drift_needs_several_intervals_off_the_plan_and_remembers_when_it_began():
+    def tot(steps, compute_s):
+        return {"a": {"steps": steps, "compute_s": compute_s}, "b": {"steps": steps, "compute_s": compute_s / 2}}
+
+    planned = {"a": 10.0, "b": 5.0}  # ms per iteration
+    history = [tot(0, 0.0), tot(100, 1.0), tot(200, 4.0), tot(300, 7.0), tot(400, 10.0)]  # a: 10 ms, then 30 ms
+    drifting, found = {}, []
+    for prev, now in zip(history, history[1:]):
+        found, drifting = rules.drift_step(prev, now, planned, drifting, fraction=0.5, evals=3)
+        if found:
+            break
+    assert now is history[4]  # three intervals at 30 ms: found at the third
+    assert [(g, p, round(ms, 3)) for g, p, ms, _ in found] == [("a", 10.0, 30.0), ("b", 5.0, 15.0)]
+    assert found[0][3] == history[1]  # the re-plan measures from where the drift began
+    # back on the plan: the count starts again; an interval without steps changes nothing
+    _, d = rules.drift_step(history[4], tot(500, 11.0), planned, {"a": (2, history[1])}, 0.5, 3)
+    assert "a" not in d
+    _, d = rules.drift_step(history[4], history[4], planned, {"a": (2, history[1])}, 0.5, 3)
+    assert d["a"] == (2, history[1])
+    # faster by more than the fraction counts too
+    found, _ = rules.drift_step(tot(0, 0.0), tot(100, 0.5), planned, {"a": (2, {}), "b": (2, {})}, 0.5, 3)
+    assert [g for g, *_ in found] == ["a", "b"]
