@@ -37,7 +37,7 @@ from edgemesh_tf.mesh.layout import Layout, even_split  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import plan  # noqa: E402
 from edgemesh_tf.profile.run import profile_workers  # noqa: E402
-from edgemesh_tf.profile.step_timer import LayoutRunner, reset_peak  # noqa: E402
+from edgemesh_tf.profile.step_timer import LayoutRunner, measure_side_by_side, reset_peak  # noqa: E402
 from edgemesh_tf.profile.profiler import read_vm_kb  # noqa: E402
 
 PAPER = {"delay_reduction_x": 3.2, "memory_change": -0.43}
@@ -89,16 +89,13 @@ class ModeRunner:
             r.close()
 
 
-def interleaved(runners, steps, round_steps=3, warmup=3):
+def interleaved(runners, steps, warmup=3):
+    """step_timer.measure_side_by_side, with each replica's own warm-up steps not counted."""
     for r in runners.values():
         for _ in range(warmup):
             r.step_ms()
         r.own = [[] for _ in r.own]
-    times = {k: [] for k in runners}
-    while min(len(v) for v in times.values()) < steps:
-        for k, r in runners.items():
-            times[k] += [r.step_ms() for _ in range(round_steps)]
-    return times
+    return measure_side_by_side(runners, steps, warmup=0)
 
 
 def peak_memory(cluster, spec, mode, plans, workers, batch, steps=3):

@@ -212,14 +212,29 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
     axes[1].set(ylabel="MiB", title="mean peak memory per device")
     for ax in axes:
         ax.tick_params(axis="x", labelrotation=20)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "claims.png"), dpi=110)
-    plt.close(fig)
-    text.append("\n![claims](claims.png)\n")
-    return "\n".join(text), ["claims.png"]
+    text.append("")
+    return _figure(fig, out_dir, text, "claims")
 
 
 # --- planner, emulation, uneven split, faults ------------------------------------------------
+
+def _identity_scatter(ax, points, xlabel, ylabel, title) -> None:
+    """(x, y, label) points against the y = x line, both axes from 0."""
+    top = max(max(x, y) for x, y, _ in points) * 1.15
+    ax.plot([0, top], [0, top], color="grey", lw=0.8, label="y = x")
+    ax.scatter([x for x, _, _ in points], [y for _, y, _ in points], color="tab:red", zorder=3)
+    for x, y, label in points:
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, -10), fontsize=8)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title, xlim=(0, top), ylim=(0, top))
+
+
+def _figure(fig, out_dir, text, name) -> tuple[str, list[str]]:
+    """Saves `fig` as <name>.png, links it at the end of the section `text`; the section's return."""
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, name + ".png"), dpi=110)
+    plt.close(fig)
+    text.append(f"![{name}]({name}.png)\n")
+    return "\n".join(text), [name + ".png"]
 
 def planner_section(rec, out_dir) -> tuple[str, list[str]]:
     res = result(rec)
@@ -240,21 +255,10 @@ def planner_section(rec, out_dir) -> tuple[str, list[str]]:
                             fmt(max(d["filter_split_peak_bytes"].values()) / MIB, 1, " MiB"),
                             fmt(d["split_over_one_device_max"], 3)] for m, d in mem.items()]) + "\n")
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
-    xs = [v["measured_median_step_ms"] for v in pts.values()]
-    ys = [v["predicted_step_ms"] for v in pts.values()]
-    top = max(xs + ys) * 1.15
-    ax.plot([0, top], [0, top], color="grey", lw=0.8, label="y = x")
-    ax.scatter(xs, ys, color="tab:red", zorder=3)
-    for k, x, y in zip(pts, xs, ys):
-        ax.annotate(k, (x, y), textcoords="offset points", xytext=(5, -10))
-    ax.set(xlabel="measured step (ms)", ylabel="predicted step (ms)", xlim=(0, top), ylim=(0, top),
-           title="planner's cost model")
+    _identity_scatter(ax, [(v["measured_median_step_ms"], v["predicted_step_ms"], k) for k, v in pts.items()],
+                      "measured step (ms)", "predicted step (ms)", "planner's cost model")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "planner.png"), dpi=110)
-    plt.close(fig)
-    text.append("![planner](planner.png)\n")
-    return "\n".join(text), ["planner.png"]
+    return _figure(fig, out_dir, text, "planner")
 
 
 def emulation_section(rec, out_dir) -> tuple[str, list[str]]:
@@ -280,19 +284,9 @@ def emulation_section(rec, out_dir) -> tuple[str, list[str]]:
                                               (lambda n: links.get(n, {}).get("bandwidth_mbit_file"),
                                                lambda n: links.get(n, {}).get("download_mbit"), "bandwidth (Mbit/s)"))):
         pairs = [(conf(n), meas(n), n) for n in names if conf(n) is not None and meas(n) is not None]
-        if not pairs:
-            continue
-        top = max(max(a, b) for a, b, _ in pairs) * 1.15
-        ax.plot([0, top], [0, top], color="grey", lw=0.8)
-        ax.scatter([a for a, _, _ in pairs], [b for _, b, _ in pairs], zorder=3)
-        for a, b, n in pairs:
-            ax.annotate(n, (a, b), textcoords="offset points", xytext=(4, -10), fontsize=8)
-        ax.set(xlabel="configured", ylabel="measured", title=title, xlim=(0, top), ylim=(0, top))
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "emulation.png"), dpi=110)
-    plt.close(fig)
-    text.append("![emulation](emulation.png)\n")
-    return "\n".join(text), ["emulation.png"]
+        if pairs:
+            _identity_scatter(ax, pairs, "configured", "measured", title)
+    return _figure(fig, out_dir, text, "emulation")
 
 
 def uneven_section(rec, out_dir) -> tuple[str, list[str]]:
