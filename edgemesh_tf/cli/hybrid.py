@@ -22,7 +22,8 @@ _D = SyncConfig()
 
 def define_flags(sync=None, logdir="runs/hybrid", time_budget_s=300.0, target_accuracy=None,
                  sync_help="With --cluster: hybrid training with this synchronisation strategy over a parameter "
-                           "server (without it, --cluster trains one layout on the servers).") -> None:
+                           "server (without it, --cluster trains one layout on the servers).",
+                 profile_flag=True) -> None:
     """The flags of hybrid training (shared by `edgemesh train` and `edgemesh run`)."""
     flags.DEFINE_enum("sync", sync, list(STRATEGIES), sync_help)
     flags.DEFINE_integer("staleness", _D.staleness, "SSP's and SHL's bound: commits a group may run ahead.", lower_bound=0)
@@ -57,6 +58,11 @@ def define_flags(sync=None, logdir="runs/hybrid", time_budget_s=300.0, target_ac
                        lower_bound=0.5)
     flags.DEFINE_float("ps_timeout_s", 10.0, "Hybrid: stop the job when the ps has not answered for this long (s).",
                        lower_bound=0.5)
+    flags.DEFINE_integer("rejoin_limit", 3, "Hybrid: restart a lost group when its devices answer again (on the "
+                         "ones that do, re-planned) at most this many times (0: never).", lower_bound=0)
+    if profile_flag:  # `edgemesh run` profiles the devices itself
+        flags.DEFINE_string("profile", None, "Hybrid: device profile JSON (edgemesh profile) from which a group that "
+                            "lost a device has its filters re-divided over the devices it has left.")
     flags.DEFINE_float("startup_timeout_s", 180.0, "Hybrid: the longest wait for the group processes to start (s).",
                        lower_bound=1.0)
     flags.DEFINE_string("logdir", logdir, "Hybrid: run directory (checkpoints, TensorBoard, group logs).")
@@ -90,6 +96,9 @@ def progress_line(rec: dict) -> str | None:
     if e == "lost":
         return "[%7.1f s] LOST group %s (devices %s): %s; training continues with %s" % (
             rec["t"], rec["group"], ", ".join(rec["devices"]), rec["why"].splitlines()[0], ", ".join(rec["live"]))
+    if e in ("readmitted", "restarted", "restarting", "rejoin_stopped", "rejoin_failed"):
+        return "[%7.1f s] %s group %s (devices %s): %s" % (rec["t"], e.upper().replace("_", " "), rec["group"],
+                                                           ", ".join(rec["devices"]), rec["why"])
     if e == "rejected":
         return "[%7.1f s] %d update(s) rejected by the parameter server: %s" % (rec["t"], rec["rejected"], rec["why"])
     if e == "testbed":
@@ -108,9 +117,12 @@ def run(model: str, layout_path: str, layout_given: bool) -> None:
     from edgemesh_tf.cli import cluster_from_flag
     from edgemesh_tf.engine.job import default_groups, groups_of_plan, job_config, run_job
     from edgemesh_tf.planner import load_plan
+    from edgemesh_tf.profile.types import load_profile
 
     try:
         cluster = cluster_from_flag(FLAGS.cluster, "edgemesh train")
+        if FLAGS.profile:
+            load_profile(FLAGS.profile)  # a malformed profile is named now, not when a device is lost
         if layout_given:
             groups = groups_of_plan(cluster, load_plan(layout_path), layout_path, FLAGS.batch_size)
         else:
@@ -121,7 +133,8 @@ def run(model: str, layout_path: str, layout_given: bool) -> None:
                          time_budget_s=FLAGS.time_budget_s, target_accuracy=FLAGS.target_accuracy,
                          max_steps=FLAGS.steps if FLAGS["steps"].present else None,
                          wait_timeout_s=FLAGS.wait_timeout_s, startup_timeout_s=FLAGS.startup_timeout_s,
-                         lost_after_s=FLAGS.lost_after_s, ps_timeout_s=FLAGS.ps_timeout_s, logdir=FLAGS.logdir,
+                         lost_after_s=FLAGS.lost_after_s, ps_timeout_s=FLAGS.ps_timeout_s,
+                         rejoin_limit=FLAGS.rejoin_limit, profile_path=FLAGS.profile or None, logdir=FLAGS.logdir,
                          sync=sync_config())
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)

@@ -29,7 +29,7 @@ flags.DEFINE_float("learning_rate", 0.02, "SGD learning rate.", lower_bound=0.0)
 flags.DEFINE_integer("seed", 0, "Seed for weights and data order.")
 flags.DEFINE_bool("emulate", True, "Start the emulated testbed of the cluster file (else use its real servers).")
 hybrid.define_flags(sync="ashl", logdir=None, time_budget_s=240.0, target_accuracy=0.97,
-                    sync_help="Synchronisation strategy.")
+                    sync_help="Synchronisation strategy.", profile_flag=False)
 
 
 def summary_text(s: dict) -> str:

@@ -75,6 +75,7 @@ class EmulatedCluster:
         self._client_addresses: dict[str, str] = {}
         self._closed = False
         self._cpu: dict[str, tuple[cgroup.CpuGroup, float, int]] = {}  # name -> (cgroup, calibrated cores, period µs)
+        self._cmds: dict[str, list[str]] = {}  # device name -> the command that started its server
         self.exit_codes: dict[str, int] = {}  # filled by close(): 0 = clean exit on SIGTERM
 
     @property
@@ -114,6 +115,36 @@ class EmulatedCluster:
         group.set_quota(cores / factor, period_us)
         logging.info("device %s slowed %.3gx: %.3f cores", name, factor, cores / factor)
         return cores / factor
+
+    def _spawn_server(self, name: str, mode: str) -> subprocess.Popen:
+        with open(_log_path(self.run_dir, name), mode) as log:
+            p = procs.spawn(self._cmds[name], env=_child_env(), stdout=log, stderr=subprocess.STDOUT)
+        self._procs[name] = p
+        self.run.record_process(name, p.pid)
+        return p
+
+    def restart_device(self, name: str, timeout_s: float = 120.0) -> EmulatedDevice:
+        """Starts device `name`'s server again after it died, at the same address, in the same
+        network namespace and CPU cgroup (a device that comes back); waits until it answers (at
+        most timeout_s). Call from a long-lived thread: the server dies with the calling thread."""
+        if name not in self._cmds:
+            raise ValueError("unknown device %r; devices: %s" % (name, sorted(self._cmds)))
+        old = self._procs[name]
+        if old.poll() is None:
+            raise ValueError("device %s is still running (pid %d); only a device whose server died can be restarted"
+                             % (name, old.pid))
+        p = self._spawn_server(name, "a")
+
+        def alive():
+            if p.poll() is not None:
+                raise RuntimeError("device %s: restarted server (pid %d) exited with code %s; log %s"
+                                   % (name, p.pid, p.returncode, _log_path(self.run_dir, name)))
+        probe.wait_until_answering({name: self._client_addresses[name]}, timeout_s, check_alive=alive)
+        if name in self._cpu:  # after start-up, as in `up`
+            self._cpu[name][0].add(p.pid)
+        self.devices[name] = dataclasses.replace(self.devices[name], pid=p.pid)
+        logging.info("device %s restarted (pid %d)", name, p.pid)
+        return self.devices[name]
 
     def check(self) -> None:
         """Raises RuntimeError naming any child process that has exited."""
@@ -236,11 +267,8 @@ def _start_servers(cluster: EmulatedCluster, views, namespaces, server_flags, co
         cmd += list(server_flags)
         if d.name in namespaces:
             cmd = ["ip", "netns", "exec", namespaces[d.name]] + cmd
-        log = open(_log_path(cluster.run_dir, d.name), "w")
-        p = procs.spawn(cmd, env=_child_env(), stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        cluster._procs[d.name] = p
-        cluster.run.record_process(d.name, p.pid)
+        cluster._cmds[d.name] = cmd
+        cluster._spawn_server(d.name, "w")
 
 
 def _plan_cpu(cluster: EmulatedCluster, compute: str, period_us: int, calib) -> dict[str, float]:

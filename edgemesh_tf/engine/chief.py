@@ -27,6 +27,7 @@ from edgemesh_tf.engine import checkpoint, rules
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.control import CUMULATIVE
 from edgemesh_tf.engine.graph import build_replica_graph
+from edgemesh_tf.engine.liveness import Liveness
 from edgemesh_tf.engine.report import JobReport
 from edgemesh_tf.engine.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
@@ -57,19 +58,23 @@ class PSLost(RuntimeError):
     """The parameter server stopped answering; the message names its task."""
 
 
-class Chief:
+class Chief(Liveness):
     """See the module docstring. exited_groups(): {group: what happened} of group processes that
     have ended (called every tick); wait_groups(timeout_s): returns once the group processes have
-    left after the stop flag. emit: receives every record (e.g. the terminal progress printer).
+    left after the stop flag; rejoin({lost group: monotonic time declared lost}): the launcher
+    restarts what it can, returns records of what it did (called every tick). emit: receives every record (e.g. the terminal progress printer).
     request_stop(why) (e.g. from a SIGTERM handler) ends training at the next tick, with a checkpoint."""
 
     def __init__(self, cfg: JobConfig, target: str, emit: Callable[[dict], None] = lambda rec: None,
-                 exited_groups: Callable[[], dict] = dict, wait_groups: Callable[[float], None] = lambda t: None):
+                 exited_groups: Callable[[], dict] = dict, wait_groups: Callable[[float], None] = lambda t: None,
+                 rejoin: Callable[[dict], list] = lambda lost: []):
         self.cfg, self.target, self.emit = cfg, target, emit
         self.exited_groups, self.wait_groups = exited_groups, wait_groups
         self.stop_request: str | None = None
-        self._heard: dict[str, tuple[float, float]] = {}  # group -> (last heartbeat value, monotonic time it changed)
-        self._rejected = 0
+        self.rejoin = rejoin
+        self._init_liveness()
+        self._timing_of: dict[str, schedule.WorkerTiming] = {}  # ASHL: each group's timing in the last plan with it
+        self._incarnation: dict[str, tuple[float, dict]] = {}  # group -> (its process's start time, its last stats)
         self.t0 = None
         self._planned_ms: dict[str, float] = {}  # ASHL: each group's iteration time (ms) at the last plan
         self._drifting: dict[str, tuple[int, dict]] = {}  # group -> (evaluations off the plan in a row, totals then)
@@ -145,6 +150,11 @@ class Chief:
         return self.g.board.stats_of(vals), vals
 
     def _totals(self, stats) -> dict[str, dict[str, float]]:
+        for g, s in stats.items():  # a restarted group process counts from zero: keep what the last one did
+            inc, last = self._incarnation.get(g, (s["incarnation"], None))
+            if s["incarnation"] != inc and last is not None:
+                self.offsets[g] = {k: self.offsets[g].get(k, 0.0) + last[k] for k in CUMULATIVE}
+            self._incarnation[g] = (s["incarnation"], s)
         return {g: {k: v + (self.offsets[g].get(k, 0.0) if k in CUMULATIVE else 0.0) for k, v in s.items()}
                 for g, s in stats.items()}
 
@@ -183,6 +193,7 @@ class Chief:
         self.phase = state["phase"]
         self.phases = schedule.PhaseController.from_state(state["phase_controller"])
         self.controls = {g: rules.GroupControl(**c) for g, c in state["controls"].items()}
+        self._lost_at = {g: time.monotonic() for g, c in self.controls.items() if c.lost}  # they may come back
         self.offsets = {g: {k: v for k, v in t.items() if k in CUMULATIVE} for g, t in state["totals"].items()}
         self.elapsed_before = state["elapsed_s"]
         self.history = [tuple(h) for h in state.get("history", [])]
@@ -247,6 +258,7 @@ class Chief:
         self.controls = {**self.controls, **rules.ashl_controls(self.sync, timings, phase, self.controls)}
         self._plan_totals, self._plan_t = totals, self.elapsed()
         self._planned_ms = {t.name: t.iter_ms for t in timings}
+        self._timing_of.update({t.name: t for t in timings})
         self._drifting = {}
         why += "; " + ", ".join("%s %.1f ms/iter, pull %.0f ms, push %.0f ms -> H %d, R %.3g" % (
             t.name, t.iter_ms, t.other_ms, t.push_ms, self.controls[t.name].local_steps, self.controls[t.name].ratio)
@@ -374,7 +386,7 @@ class Chief:
             stats, vals = self._stats(sess)
             totals = self._totals(stats)
             now = self.elapsed()
-            self._check_liveness(sess, stats, now)
+            self._check_liveness(sess, stats, vals, totals, now)
             self._check_rejected(int(vals["rejected"]), now)
             if self.phase == "profiling" and all(s["profiled"] > 0 for s in self._live(stats).values()):
                 self.phases.start_ahl(int(sum(t["steps"] for t in totals.values())), wall_time=now)
@@ -409,47 +421,6 @@ class Chief:
                 return stop_why, reached
 
     # -- faults --
-
-    def _check_liveness(self, sess, stats, now: float) -> None:
-        """Declares lost every live group whose process exited or whose heartbeat has not changed
-        for lost_after_s, or 3 of its last rounds if longer (measured on the chief's clock, so the
-        hosts' clocks need not agree)."""
-        exited = self.exited_groups()
-        tick = time.monotonic()
-        for g, s in stats.items():
-            if self.controls[g].lost:
-                continue
-            hb = s["heartbeat"]
-            if g not in self._heard or self._heard[g][0] != hb:
-                self._heard[g] = (hb, tick)
-            silent = tick - self._heard[g][1]
-            limit = max(self.cfg.lost_after_s, 3 * s["round_s"])  # a slow group's long rounds are not silence
-            if g in exited or silent > limit:
-                self._probe_ps(sess)  # groups also leave when the ps is gone: that is the ps's fault, not theirs
-            if g in exited:
-                self._declare_lost(sess, g, exited[g], now)
-            elif silent > limit:
-                self._declare_lost(sess, g, "no report for %.1f s (limit %.1f s)" % (silent, limit), now)
-
-    def _declare_lost(self, sess, group: str, why: str, now: float) -> None:
-        self.controls = rules.drop_lost(self.controls, group)
-        self.g.board.write_controls(sess, self.controls, self.cfg.ps_timeout_s)
-        spec = next(g for g in self.cfg.groups if g.name == group)
-        devices = [self.cfg.device_names.get(d, d) for d in spec.layout["devices"]]
-        rec = {"event": "lost", "group": group, "devices": devices, "t": round(now, 3), "why": why,
-               "live": [g for g, c in self.controls.items() if not c.lost]}
-        self.report.fault(rec)
-        self._record(rec)
-        if not rec["live"]:
-            raise RuntimeError("chief: every group is lost (the last, %s: %s)" % (group, why.splitlines()[0]))
-
-    def _check_rejected(self, rejected: int, now: float) -> None:
-        if rejected > self._rejected:
-            self._rejected = rejected
-            rec = {"event": "rejected", "rejected": rejected, "t": round(now, 3),
-                   "why": "the parameter server rejected non-finite updates (NaN or Inf); they were not applied"}
-            self.report.fault(rec)
-            self._record(rec)
 
     def _log_eval(self, now, accuracy, loss, totals, vals, steps) -> None:
         rates = self.report.eval(now, accuracy, loss, self.phase, totals, self.controls, int(vals["rejected"]))

@@ -113,7 +113,10 @@ class JobConfig:
       or a heartbeat while it waits) for this long, is declared lost: gates stop counting it and
       the others take over its data;
     ps_timeout_s: the job stops, naming the ps task, when the parameter server has not answered
-      for this long.
+      for this long;
+    rejoin_limit: a lost group is restarted when its devices answer again (on fewer of them,
+      re-planned, if only some do) at most this many times (0: never);
+    profile_path: the device profile (JSON) the planner re-divides a group's filters from.
     """
 
     groups: tuple[GroupSpec, ...]
@@ -136,6 +139,8 @@ class JobConfig:
     startup_timeout_s: float = 180.0
     lost_after_s: float = 10.0
     ps_timeout_s: float = 10.0
+    rejoin_limit: int = 3
+    profile_path: str | None = None
     logdir: str = "runs/job"
     device_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     device_info: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
@@ -154,6 +159,7 @@ class JobConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and v > 0):
                 raise ValueError("%s must be > 0 s, got %r" % (name, v))
+        _check_int("rejoin_limit", self.rejoin_limit, 0)
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise ValueError("target_accuracy must be in (0, 1], got %r" % (self.target_accuracy,))
 

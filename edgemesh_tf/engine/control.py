@@ -21,10 +21,13 @@ COLLECTION = "edgemesh_control_board"
 GLOBAL_FIELDS = ("phase", "stop", "heartbeat")
 # Totals since the group process started (s, bytes), except: loss = mean loss of its last round;
 # heartbeat = unix time of the report; profile_* = ASHL's profiling measurements (ms), profiled = 1
-# once they are in; round_s = wall time of its last round; done = 1 once it made max_rounds rounds.
+# once they are in; round_s = wall time of its last round; done = 1 once it made max_rounds rounds;
+# joining = 1 while a restarted process waits for the chief to re-admit its group; incarnation =
+# unix time its process started (the totals of a new incarnation start again from zero).
 CUMULATIVE = ("steps", "examples", "commits", "compute_s", "pull_s", "push_s", "wait_s", "bytes_sent",
               "bytes_received")
-STAT_FIELDS = CUMULATIVE + ("loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms", "profiled", "round_s", "done")
+STAT_FIELDS = CUMULATIVE + ("loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms", "profiled",
+                            "round_s", "done", "joining", "incarnation")
 
 
 class ControlBoard:

@@ -52,21 +52,28 @@ def shard_stream(data, shares, name: str, batch_size: int, seed: int):
 class GroupRunner:
     """Runs group `index` of `cfg` against the server at `target` (see the module docstring).
     step_delay_factor: > 1 sleeps (factor - 1) x the step time after each local iteration (the
-    emulator's fallback when it cannot limit CPU)."""
+    emulator's fallback when it cannot limit CPU). layout: a Layout dict that replaces the group's
+    own (a group re-planned over the devices it has left). restart: how many times the launcher
+    restarted this group (its state lives in a container of its own: TF's Session.reset, which
+    clears a container, waits for every server of the cluster, and a restart follows a lost one)."""
 
-    def __init__(self, cfg: JobConfig, index: int, target: str, step_delay_factor: float = 1.0):
+    def __init__(self, cfg: JobConfig, index: int, target: str, step_delay_factor: float = 1.0,
+                 layout: dict | None = None, restart: int = 0):
         self.cfg, self.index, self.target = cfg, index, target
         self.spec_g = cfg.groups[index]
         self.name = self.spec_g.name
         self.delay = max(1.0, step_delay_factor)
         self.timeout_ms = int(cfg.wait_timeout_s * 1000)
+        self.incarnation = time.time()
+        self._joining = False
         self.data = load_dataset(cfg.dataset, cfg.data_path)
-        layout = layout_from_dict(self.spec_g.layout, source="group %s" % self.name)
+        layout = layout_from_dict(layout or self.spec_g.layout, source="group %s" % self.name)
         spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
         self.g: ReplicaGraph = build_replica_graph(
             spec, layout, self.spec_g.batch_size, cfg.group_names, ps_device=cfg.ps_device,
             learning_rate=cfg.learning_rate, momentum=cfg.momentum, seed=cfg.seed, group=self.name,
-            error_feedback=cfg.sync.error_feedback, container="group_" + self.name)
+            error_feedback=cfg.sync.error_feedback, container=self._container(restart))
+        self.restart = restart
         self.devices = sorted({"/job:ps"} | set(layout.devices))
         self.totals = {f: 0.0 for f in CUMULATIVE}
         self.profile, self._prof_steps, self._prof_comm = {}, [], []
@@ -76,6 +83,9 @@ class GroupRunner:
         self._done = False  # made its max_rounds: every later report says so
         os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
         self.log = open(os.path.join(cfg.logdir, "groups", self.name + ".jsonl"), "a")
+
+    def _container(self, restart: int) -> str:
+        return "group_%s" % self.name + ("_r%d" % restart if restart else "")
 
     def _run(self, sess, fetches, feeds=None):
         return sess.run(fetches, feeds, options=tf.RunOptions(timeout_in_ms=self.timeout_ms))
@@ -147,13 +157,19 @@ class GroupRunner:
     def run(self) -> dict:
         cfg = self.cfg
         config = tf.ConfigProto(allow_soft_placement=False, device_filters=self.devices)
-        tf.Session.reset(self.target, ["group_" + self.name])
+        if not self.restart:  # a fresh job on servers that ran one before: free that run's state
+            tf.Session.reset(self.target, [self._container(0)], config=config)
         with tf.Session(self.target, graph=self.g.train.graph, config=config) as sess:
             self._run(sess, [self.g.train.init_op, self.g.local_init])
             self.g.ps.wait_until_initialized(sess, timeout_s=cfg.startup_timeout_s)
             self._warm_up(sess)
             self._report(sess, loss=float("nan"))
-            self._wait(sess, self._go, "the chief's start signal", cfg.startup_timeout_s)
+            _, vals = self._wait(sess, self._go, "the chief's start signal", cfg.startup_timeout_s)
+            if self.g.board.controls_of(vals)[self.name].lost:  # restarted: the chief re-admits it once it hears it
+                self._joining = True
+                self._wait(sess, lambda v: not self.g.board.controls_of(v)[self.name].lost,
+                           "re-admission by the chief", cfg.startup_timeout_s)
+                self._joining = False
             while True:
                 vals = self._read(sess)
                 if self.g.board.stopped(vals):
@@ -260,7 +276,8 @@ class GroupRunner:
         self._last_loss, self._last_round_s = loss, round_s
         return self.g.board.stats_vector(self.name, {**self.totals, **self.profile, "loss": loss,
                                                      "heartbeat": time.time(), "round_s": round_s,
-                                                     "done": float(self._done)})
+                                                     "done": float(self._done), "joining": float(self._joining),
+                                                     "incarnation": self.incarnation})
 
     def _report(self, sess, loss: float, done: bool = False):
         self._done = self._done or done
@@ -272,17 +289,27 @@ class GroupRunner:
 
 def main(argv=None) -> int:
     import argparse
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints where a stuck group is, to its log
     p = argparse.ArgumentParser(description="One group's client process of a hybrid training job.")
     p.add_argument("--config", required=True, help="JobConfig JSON file written by the chief")
     p.add_argument("--group", type=int, required=True, help="index of the group in the config")
     p.add_argument("--target", required=True, help="grpc:// address of the group's first device")
     p.add_argument("--step_delay_factor", type=float, default=1.0)
+    p.add_argument("--restart", type=int, default=0, help="how many times the launcher restarted this group")
+    p.add_argument("--layout", help="Layout JSON file replacing the group's own (re-planned over fewer devices)")
     a = p.parse_args(argv)
     with open(a.config) as f:
         cfg = JobConfig.from_dict(json.load(f))
+    layout = None
+    if a.layout:
+        with open(a.layout) as f:
+            layout = json.load(f)
     name = cfg.groups[a.group].name
     try:
-        totals = GroupRunner(cfg, a.group, a.target, a.step_delay_factor).run()
+        totals = GroupRunner(cfg, a.group, a.target, a.step_delay_factor, layout, a.restart).run()
     except (ChiefLost, DeclaredLost, TimeoutError, tf.errors.OpError) as e:
         print("group %s: %s" % (name, getattr(e, "message", None) or e), file=sys.stderr, flush=True)
         return 1

@@ -24,6 +24,7 @@ from edgemesh_tf.cluster import procs
 from edgemesh_tf.cluster.spec import ClusterFile
 from edgemesh_tf.engine.chief import Chief
 from edgemesh_tf.engine.config import GroupSpec, JobConfig
+from edgemesh_tf.engine.rejoin import Rejoiner
 from edgemesh_tf.mesh.layout import Layout
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,29 +51,56 @@ def groups_of_plan(cluster: ClusterFile, plan, path: str, batch_size: int) -> tu
 
 
 class GroupProcesses:
-    """The running group clients; `exited()` names the ones whose process has ended."""
+    """The running group clients; `exited()` names the ones whose process has ended. launch:
+    {group: (network namespace or None, grpc target of its first device, step delay factor)}."""
 
     def __init__(self, cfg: JobConfig, launch: dict[str, tuple[str | None, str, float]]):
         self.cfg = cfg
         os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
-        config_path = os.path.join(cfg.logdir, "job.json")
-        with open(config_path, "w") as f:
+        self.config_path = os.path.join(cfg.logdir, "job.json")
+        with open(self.config_path, "w") as f:
             json.dump(cfg.to_dict(), f, indent=1)
         env = dict(os.environ)
         env["PYTHONPATH"] = _REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.pop("TF_CONFIG", None)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        self.env = env
         self.procs: dict[str, subprocess.Popen] = {}
-        self.logs: dict[str, str] = {}
-        for j, g in enumerate(cfg.groups):
-            netns, target, delay = launch[g.name]
-            cmd = [sys.executable, "-m", "edgemesh_tf.engine.group", "--config", config_path, "--group", str(j),
-                   "--target", target, "--step_delay_factor", str(delay)]
-            if netns:
-                cmd = ["ip", "netns", "exec", netns] + cmd
-            self.logs[g.name] = os.path.join(cfg.logdir, "groups", g.name + ".log")
-            with open(self.logs[g.name], "a") as log:
-                self.procs[g.name] = procs.spawn(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.started: dict[str, float] = {}  # group -> monotonic time its current process started
+        self.restarts = {g.name: -1 for g in cfg.groups}
+        self.logs = {g.name: os.path.join(cfg.logdir, "groups", g.name + ".log") for g in cfg.groups}
+        for g in cfg.groups:
+            self.start(g.name, launch[g.name])
+
+    def start(self, name: str, launch: tuple[str | None, str, float], layout: dict | None = None) -> int:
+        """Starts group `name`'s client (stopping its current process first, by pid); layout: a
+        Layout dict replacing the group's own. Returns the new pid. Call from a long-lived thread
+        (the child dies with it)."""
+        if name in self.procs:
+            procs.terminate(self.procs[name], 5.0)
+        netns, target, delay = launch
+        j = self.cfg.group_names.index(name)
+        self.restarts[name] += 1
+        cmd = [sys.executable, "-m", "edgemesh_tf.engine.group", "--config", self.config_path, "--group", str(j),
+               "--target", target, "--step_delay_factor", str(delay), "--restart", str(self.restarts[name])]
+        if layout is not None:
+            path = os.path.join(self.cfg.logdir, "groups", name + ".layout.json")
+            with open(path, "w") as f:
+                json.dump(layout, f, indent=1)
+            cmd += ["--layout", path]
+        if netns:
+            cmd = ["ip", "netns", "exec", netns] + cmd
+        with open(self.logs[name], "a") as log:
+            self.procs[name] = procs.spawn(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.started[name] = time.monotonic()
+        return self.procs[name].pid
+
+    def running(self, name: str) -> bool:
+        return self.procs[name].poll() is None
+
+    def stop_one(self, name: str) -> None:
+        """Stops group `name`'s client (SIGTERM, then SIGKILL), by its pid."""
+        procs.terminate(self.procs[name], 5.0)
 
     def exited(self) -> dict[str, str]:
         """{group: what happened (exit code, pid, log and its tail)} of the group processes that have ended."""
@@ -110,19 +138,21 @@ def _tail(path: str, lines: int = 15) -> str:
 class Servers:
     """The TF servers of a job. target: the chief's grpc target; launch: {device name: (network
     namespace or None, grpc target for a client on the device, step delay factor)}; pids: {device
-    name: local server pid or None}; summary: {"network", "compute"}; testbed: the EmulatedCluster
-    if emulated."""
+    name: local server pid or None}; summary: {"network", "compute"}; addresses: {device name:
+    host:port as reached from this process}; testbed: the EmulatedCluster if emulated."""
 
     target: str
     launch: dict
     pids: dict
     summary: dict
+    addresses: dict = dataclasses.field(default_factory=dict)
     testbed: object = None
 
 
 def _of_testbed(em) -> Servers:
     return Servers(em.session_target, {n: (d.netns, d.local_target, d.step_delay_factor) for n, d in em.devices.items()},
-                   {n: d.pid for n, d in em.devices.items()}, {"network": em.network, "compute": em.compute}, em)
+                   {n: d.pid for n, d in em.devices.items()}, {"network": em.network, "compute": em.compute},
+                   {n: d.address for n, d in em.devices.items()}, em)
 
 
 @contextlib.contextmanager
@@ -136,7 +166,8 @@ def reach_servers(cluster: ClusterFile, emulate: bool, up_kwargs: dict | None = 
     else:
         yield Servers("grpc://" + cluster.master.address,
                       {d.name: (None, "grpc://" + d.address, 1.0) for d in cluster.devices},
-                      {d.name: None for d in cluster.devices}, {"network": "real", "compute": "real"})
+                      {d.name: None for d in cluster.devices}, {"network": "real", "compute": "real"},
+                      {d.name: d.address for d in cluster.devices})
 
 
 @contextlib.contextmanager
@@ -171,8 +202,10 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
             emit({"event": "testbed", **servers.summary})
         launch = {g.name: servers.launch[by_device[g.layout["devices"][0]]] for g in cfg.groups}
         groups = GroupProcesses(cfg, launch)
+        rejoiner = Rejoiner(cfg, groups, servers.launch, servers.addresses)
         try:
-            chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait)
+            chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait,
+                          rejoin=rejoiner.tick)
             with _stop_on_sigterm(chief):
                 final = chief.run()
         finally:  # the chief already waited for them to leave; a group still running now is stuck (or the chief failed)

@@ -86,7 +86,7 @@ def run_main_job(job: MainJob, emit: Callable[[dict], None] = lambda rec: None) 
                          learning_rate=job.learning_rate, seed=job.seed, eval_interval_s=job.eval_interval_s,
                          checkpoint_interval_s=job.checkpoint_interval_s, time_budget_s=job.time_budget_s,
                          target_accuracy=job.target_accuracy, logdir=job.logdir, sync=job.sync,
-                         device_info=_device_info(cluster, profile, result))
+                         device_info=_device_info(cluster, profile, result), profile_path=profile_path)
         final = run_job(cfg, cluster, emulate=job.emulate, emit=emit, testbed=servers.testbed)
     summary = {"cluster": job.cluster, "model": job.model, "dataset": job.dataset, "strategy": job.sync.strategy,
                "testbed": testbed, "setup_s": round(time.monotonic() - t_start - final["t"], 1),

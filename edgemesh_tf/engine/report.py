@@ -93,10 +93,13 @@ class JobReport:
         self.tb.flush()
 
     def fault(self, rec: dict) -> None:
-        """A lost group or rejected updates, as text at its time."""
+        """A lost, restarted or re-admitted group, or rejected updates, as text at its time."""
         if rec["event"] == "lost":
             text = "**group %s lost** (devices %s) at %.1f s: %s" % (rec["group"], ", ".join(rec["devices"]), rec["t"],
                                                                       rec["why"].splitlines()[0])
+        elif "group" in rec:
+            text = "**group %s %s** (devices %s) at %.1f s: %s" % (rec["group"], rec["event"].replace("_", " "),
+                                                                   ", ".join(rec["devices"]), rec["t"], rec["why"])
         else:
             text = "**%d update(s) rejected** by the parameter server (not finite) by %.1f s" % (rec["rejected"], rec["t"])
         self.tb.text("total", "faults", text, rec["t"])

@@ -135,6 +135,25 @@ def drop_lost(controls: Mapping[str, GroupControl], lost: str) -> dict[str, Grou
     return out
 
 
+def readmit(controls: Mapping[str, GroupControl], group: str, share: float) -> dict[str, GroupControl]:
+    """Controls after lost group `group` came back (the inverse of `drop_lost`): it takes `share`
+    (0 < share < 1, e.g. its batch share) of the data and of the total update scale, and the live
+    groups' shares and scales shrink by (1 - share). Its local steps and ratio are what it had."""
+    if group not in controls:
+        raise KeyError("unknown group %r; groups: %s" % (group, list(controls)))
+    if not controls[group].lost:
+        raise ValueError("group %s is not lost; only a lost group can be re-admitted" % group)
+    if not 0 < share < 1:
+        raise ValueError("share of re-admitted group %s must be in (0, 1), got %r" % (group, share))
+    live = {g: c for g, c in controls.items() if not c.lost}
+    total_scale = sum(c.scale for c in live.values()) or 1.0
+    out = dict(controls)
+    for g, c in live.items():
+        out[g] = dataclasses.replace(c, share=c.share * (1 - share), scale=c.scale * (1 - share))
+    out[group] = dataclasses.replace(controls[group], lost=False, share=share, scale=share * total_scale)
+    return out
+
+
 def drift_step(prev: Mapping[str, Mapping[str, float]], totals: Mapping[str, Mapping[str, float]],
                planned_ms: Mapping[str, float], drifting: Mapping[str, tuple[int, dict]], fraction: float,
                evals: int) -> tuple[list[tuple[str, float, float, dict]], dict[str, tuple[int, dict]]]:

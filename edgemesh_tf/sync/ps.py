@@ -36,6 +36,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from edgemesh_tf.engine.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
 
 COLLECTION = "edgemesh_parameter_server"
@@ -119,6 +120,10 @@ class ParameterServer:
                 self._zero_counters = tf.group(*[v.assign(zero, read_value=False) for v in
                                                  list(self.commits.values()) + list(self.pulls.values())
                                                  + [self.version, self.rejected]])
+                self._count_feed = tf.placeholder(tf.int64, [], name="count_value")
+                self._set_counts = {(kind, g): v.assign(self._count_feed, read_value=False)
+                                    for kind, vs in (("commits", self.commits), ("pulls", self.pulls))
+                                    for g, v in vs.items()}
                 self._is_ready = self.ready.is_initialized()
                 self._ready_value = self.ready.read_value()
 
@@ -241,6 +246,13 @@ class ParameterServer:
         """Chief only: zeroes the commit counters, version and rejected count (e.g. after the groups'
         warm-up pushes of zero updates), leaving the global tensors as they are."""
         sess.run(self._zero_counters, options=tf.RunOptions(timeout_in_ms=int(timeout_s * 1000)))
+
+    def set_counters(self, sess, group: str, commits: int, pulls: int, timeout_s: float = 60.0) -> None:
+        """Chief only: sets `group`'s commit and pull counts (a re-admitted group joins at the live
+        groups' count, so that barriers and staleness gates do not wait for it to catch up)."""
+        for kind, value in (("commits", commits), ("pulls", pulls)):
+            run_idempotent(sess, self._set_counts[(kind, group)], {self._count_feed: int(value)}, timeout_s=timeout_s,
+                           what="setting the %s count of group %s on %s" % (kind, group, self.ps_device))
 
     def is_initialized(self, sess, timeout_s: float = 10.0) -> bool:
         """True once the chief's `initialize` has finished (one bounded poll)."""
