@@ -9,10 +9,13 @@
      checkpoint
   d  the fastest device slowed 3x mid-run (its cgroup quota): ASHL re-plans on the drift and its
      throughput recovers to >= 80% of a fresh plan's for the new speeds
-  e  a killed device restarted: re-admitted and used again                          (not built yet)
-Every scenario runs on a fresh testbed (a killed server is not restarted). Devices are killed
-with SIGKILL at the chief's first record that meets the scenario's condition. Scenarios not
-built yet are reported with ok: false. --quick: lower target, shorter budgets (a smoke run).
+  e  a killed device restarted: re-admitted and used again. Two rows: ASHL with one group per
+     device (edge1 killed, its server restarted once the group is lost: the group is restarted,
+     re-admitted and ASHL re-plans with it); and two model-parallel groups of two devices (edge1
+     killed: its group is re-planned over edge0 and re-admitted; edge1 restarted: the group comes
+     back on both devices)
+Every scenario runs on a fresh testbed. Devices are killed with SIGKILL at the chief's first
+record that meets the scenario's condition. --quick: lower target, shorter budgets (a smoke run).
 """
 import argparse
 import json
@@ -20,7 +23,9 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
+import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -161,6 +166,102 @@ def scenario_d(cluster, args, work):
             "ok": replanned and ratio is not None and ratio >= 0.8}
 
 
+def _records(logdir):
+    path = os.path.join(logdir, "chief.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(x) for x in f if x.endswith("\n")]
+
+
+def _first(logdir, predicate, job, timeout_s):
+    """The first chief record meeting predicate, waited for at most timeout_s (None if none)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and job.is_alive():
+        hits = [r for r in _records(logdir) if predicate(r)]
+        if hits:
+            return hits[0]
+        time.sleep(0.2)
+    return next((r for r in _records(logdir) if predicate(r)), None)
+
+
+def _planned_groups(cluster):
+    """edge0-edge1 and edge2-edge3, filters split 2:1 and 1:1 (the first four workers)."""
+    from edgemesh_tf.engine.config import GroupSpec
+    w = [d.device_string for d in cluster.workers[:4]]
+    names = [d.name for d in cluster.workers[:4]]
+
+    def group(a, b, frac):
+        split = lambda n: [int(n * frac), n - int(n * frac)]
+        return GroupSpec(f"{names[a]}-{names[b]}", {"mesh": {"model": 2}, "devices": [w[a], w[b]],
+                                                    "rules": {"conv1": "model", "conv2": "model"},
+                                                    "sizes": {"conv1": split(32), "conv2": split(64)}}, 32)
+    return group(0, 1, 2 / 3), group(2, 3, 1 / 2)
+
+
+def _readmission_run(cluster, args, logdir, label, sync, groups, victim, budget_s):
+    """Kills `victim` once training has begun, restarts its server once its group is lost (and,
+    for a multi-device group, once that group was re-planned and re-admitted without it)."""
+    cfg = job_config(cluster, groups, sync=sync, logdir=logdir, time_budget_s=budget_s, eval_interval_s=0.5,
+                     checkpoint_interval_s=30.0, lost_after_s=3.0, wait_timeout_s=60.0)
+    group = next(g.name for g in groups if any(cfg.device_names[d] == victim for d in g.layout["devices"]))
+    multi = len(next(g for g in groups if g.name == group).layout["devices"]) > 1
+    out, row = {}, {"scenario": "e", "what": label}
+    with emulated_cluster(cluster) as em:
+        def train():
+            try:
+                out["final"] = run_job(cfg, cluster, testbed=em)
+            except Exception as e:  # noqa: BLE001 - reported in the row, its traceback on stderr
+                traceback.print_exc()
+                out["error"] = repr(e)
+        job = threading.Thread(target=train, daemon=True)
+        job.start()
+        started = _first(logdir, lambda r: r["event"] == "eval" and r["global_steps"] >= 20
+                         and r["phase"] != "profiling", job, 240)
+        if started:
+            os.kill(em.devices[victim].pid, signal.SIGKILL)
+            row["killed_at_s"] = started["t"]
+            lost = _first(logdir, lambda r: r["event"] == "lost" and r["group"] == group, job, 60)
+            if lost and multi:
+                first = _first(logdir, lambda r: r["event"] == "readmitted" and r["group"] == group, job, 60)
+                row["replanned_over"] = first and first["devices"]
+            if lost:
+                em.restart_device(victim)
+                row["device_restarted_at_s"] = round(_records(logdir)[-1]["t"], 1)
+        job.join(budget_s + 180)
+    recs = _records(logdir)
+    final = out.get("final")
+    readmits = [r for r in recs if r["event"] == "readmitted" and r["group"] == group]
+    last = readmits[-1] if readmits else None
+    after = [r["group_examples_per_sec"][group] for r in recs if r["event"] == "eval" and last and r["t"] > last["t"]]
+    replans = [r["t"] for r in recs if r["event"] in ("replan", "phase") and "re-admitted" in r.get("why", "")]
+    row.update({"lost_at_s": next((r["t"] for r in recs if r["event"] == "lost"), None),
+                "restarts": [{"t": r["t"], "devices": r["devices"], "layout": r["layout"]}
+                             for r in recs if r["event"] == "restarted"],
+                "readmitted_at_s": [r["t"] for r in readmits], "readmitted_on": last and last["devices"],
+                "ashl_replanned_at_s": replans or None,
+                "examples_per_sec_after_readmission": round(sum(after) / len(after), 1) if after else None,
+                "lost_groups_at_end": final and final["lost_groups"], "error": out.get("error")})
+    whole = bool(last) and sorted(last["devices"]) == sorted(
+        cfg.device_names[d] for g in groups if g.name == group for d in g.layout["devices"])
+    row["ok"] = bool(final) and final["lost_groups"] == [] and whole and bool(after) and max(after) > 0 and (
+        not multi or row.get("replanned_over") == [n for n in last["devices"] if n != victim]) and (
+        sync.strategy != "ashl" or bool(replans))
+    return row
+
+
+def scenario_e(cluster, args, work):
+    victim = cluster.workers[1].name
+    return [_readmission_run(cluster, args, os.path.join(work, "e-ashl"),
+                             f"ASHL, one group per device: {victim} killed, then its server restarted",
+                             SyncConfig(strategy="ashl", shl_loss=1e-9), default_groups(cluster, 32), victim,
+                             args.e_budget_s),
+            _readmission_run(cluster, args, os.path.join(work, "e-planned"),
+                             f"ASP, two groups of two devices: {victim} killed (its group re-planned over the "
+                             "device left), then its server restarted", SyncConfig(strategy="asp"),
+                             _planned_groups(cluster), victim, args.e_budget_s)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster", default="layouts/edge4.yaml")
@@ -169,11 +270,13 @@ def main():
     ap.add_argument("--b_budget_s", type=float, default=30.0, help="training budget of scenario b's runs (s)")
     ap.add_argument("--b_kill_s", type=float, default=8.0, help="when scenario b kills a device during BSP (s)")
     ap.add_argument("--d_budget_s", type=float, default=40.0, help="training budget of scenario d's runs (s)")
+    ap.add_argument("--e_budget_s", type=float, default=60.0, help="training budget of scenario e's runs (s)")
     ap.add_argument("--scenarios", default="a,b,c,d,e", help="comma-separated subset of a..e")
     ap.add_argument("--quick", action="store_true", help="target 0.9, shorter budgets (smoke run)")
     args = ap.parse_args()
     if args.quick:
         args.target, args.budget_s, args.b_budget_s, args.b_kill_s, args.d_budget_s = 0.9, 40.0, 12.0, 4.0, 20.0
+        args.e_budget_s = 45.0
     cluster = load_cluster(args.cluster)
     work = tempfile.mkdtemp(prefix="faults-")
     t0 = time.time()
@@ -192,8 +295,7 @@ def main():
         elif x == "d":
             rows.append(scenario_d(cluster, args, work))
         else:
-            rows.append({"scenario": x, "ok": False, "error": "not built yet",
-                         "what": "a killed device restarted: re-admitted"})
+            rows += scenario_e(cluster, args, work)
     out = {"cluster": args.cluster, "target_accuracy": args.target, "logdirs": work, "scenarios": rows,
            "all_ok": all(r["ok"] for r in rows), "seconds": round(time.time() - t0, 1)}
     print(json.dumps(out, indent=1))

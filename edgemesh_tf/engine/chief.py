@@ -279,12 +279,13 @@ class Chief(Liveness):
             steps = int(sum(t["steps"] for t in totals.values()))
             live = self._live_timings(stats, totals)
             drifted = self._drift(totals)
+            # a drift with nothing measured since it began (e.g. a group gone silent) waits for the next evaluation
+            measured = drifted and (self._live_timings(stats, totals, self._drift_since(drifted)) or live)
             if self.phase == "ahl" and self.phases.observe_loss(loss, steps, self.elapsed()) == "shl":
                 self._plan(sess, "shl", live or self._timings(stats), totals,
                            "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss))
-            elif drifted:
-                since = min((d[3] for d in drifted), key=lambda tot: sum(t["steps"] for t in tot.values()))
-                self._plan(sess, self.phase, self._live_timings(stats, totals, since) or live, totals, "drift: " + "; ".join(
+            elif measured:
+                self._plan(sess, self.phase, measured, totals, "drift: " + "; ".join(
                     "%s %.1f ms/iter planned, %.1f ms/iter over the last %d evaluations"
                     % (g, planned, ms, self.sync.drift_evals) for g, planned, ms, _ in drifted))
             elif live and self.elapsed() - self._plan_t >= self.sync.replan_interval_s:
@@ -298,6 +299,11 @@ class Chief(Liveness):
                 self.controls = {g: dataclasses.replace(c, timer_s=timer) for g, c in self.controls.items()}
                 self.g.board.write_controls(sess, self.controls, self.cfg.ps_timeout_s)
                 self._record({"event": "adsp", "t": round(self.elapsed(), 3), "commits_per_period": count})
+
+    @staticmethod
+    def _drift_since(drifted) -> dict:
+        """The totals when the earliest of the drifts began."""
+        return min((d[3] for d in drifted), key=lambda tot: sum(t["steps"] for t in tot.values()))
 
     def _drift(self, totals) -> list[tuple[str, float, float, dict]]:
         prev, self._eval_totals = self._eval_totals, {g: dict(t) for g, t in totals.items()}

@@ -1,4 +1,6 @@
 """The strategies as plain data: controls, round rules, gates and shards."""
+import dataclasses
+
 import pytest
 
 from edgemesh_tf.engine import rules
@@ -101,6 +103,27 @@ def test_drop_lost_hands_the_lost_groups_data_and_weight_to_the_live_ones():
     shares = {g: c.share for g, c in out.items()}
     ranges = [rules.shard_range(shares, g, 1000) for g in ("a", "c")]
     assert ranges[0][0] == 0 and sum(e - b for b, e in ranges) >= 999
+
+
+def test_readmit_undoes_drop_lost():
+    controls = rules.initial_controls(SyncConfig(strategy="local_sgd", local_steps=4), {"a": 24, "b": 8, "c": 16})
+    controls = {**controls, "b": dataclasses.replace(controls["b"], ratio=0.3)}
+    back = rules.readmit(rules.drop_lost(controls, "b"), "b", rules.batch_shares({"a": 24, "b": 8, "c": 16})["b"])
+    for g in controls:
+        for f in ("share", "scale", "local_steps", "ratio", "lost"):
+            assert getattr(back[g], f) == pytest.approx(getattr(controls[g], f)), (g, f)
+    # with two lost, one comes back: the live ones and it cover the data and the weight
+    two = rules.drop_lost(rules.drop_lost(controls, "b"), "c")
+    one = rules.readmit(two, "c", 0.4)
+    assert one["b"].lost and not one["c"].lost
+    assert one["a"].share + one["c"].share == pytest.approx(1.0) and one["c"].share == pytest.approx(0.4)
+    assert one["a"].scale + one["c"].scale == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="group a is not lost"):
+        rules.readmit(one, "a", 0.5)
+    with pytest.raises(ValueError, match=r"share of re-admitted group b must be in \(0, 1\), got 1"):
+        rules.readmit(one, "b", 1)
+    with pytest.raises(KeyError, match="unknown group 'x'"):
+        rules.readmit(one, "x", 0.5)
 
 
 def test_drift_needs_several_intervals_off_the_plan_and_remembers_when_it_began():
