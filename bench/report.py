@@ -310,9 +310,21 @@ def faults_section(rec, out_dir) -> tuple[str, list[str]]:
     if not res:
         return "\n".join(text), []
     rows = res.get("scenarios", [])
-    keys = sorted({k for r in rows for k in r})
-    text.append(table(keys, [[fmt(r.get(k)) for k in keys] for r in rows]) + "\n")
+    text.append(table(["Scenario", "What", "OK", "Measured"],
+                      [[r.get("scenario"), r.get("what", "—"), "yes" if r.get("ok") else "**no**",
+                        "; ".join(f"{k}: {_compact(v)}" for k, v in r.items() if k not in ("scenario", "what", "ok")
+                                  and v is not None)] for r in rows]) + "\n")
     return "\n".join(text), []
+
+
+def _compact(v, limit=300) -> str:
+    """A value in one table cell: numbers rounded, nested data as short JSON, pipes escaped."""
+    if isinstance(v, (dict, list)):
+        text = json.dumps(v, separators=(", ", ": "))
+    else:
+        text = str(fmt(v))
+    text = text.replace("|", "\\|").replace("\n", " ")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, "planner": planner_section,
