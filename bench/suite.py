@@ -51,7 +51,7 @@ BENCHES = (
           CLUSTER + ("--repeats", "3", "--homo_strategies", ALL_SIX, "--homo_repeats", "1"),
           CLUSTER + ("--repeats", "1", "--strategies", "bsp,ashl", "--homo_strategies", "ashl",
                      "--budget_s", "10", "--target", "0.9", "--tail_s", "1"), 3000),
-    Bench("faults", "faults.py", CLUSTER, CLUSTER + ("--quick", "--scenarios", "c,e"), 1500),
+    Bench("faults", "faults.py", CLUSTER, CLUSTER + ("--quick", "--scenarios", "c,e"), 1800),
 )
 
 

@@ -13,6 +13,7 @@ the count).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -25,6 +26,7 @@ import numpy as np
 from edgemesh_tf.data import load_dataset
 from edgemesh_tf.engine import checkpoint, rules
 from edgemesh_tf.engine.config import JobConfig
+from edgemesh_tf.engine.evaluator import Evaluator
 from edgemesh_tf.engine.control import CUMULATIVE
 from edgemesh_tf.engine.graph import build_replica_graph
 from edgemesh_tf.engine.liveness import Liveness
@@ -72,6 +74,7 @@ class Chief(Liveness):
         self.exited_groups, self.wait_groups = exited_groups, wait_groups
         self.stop_request: str | None = None
         self.rejoin = rejoin
+        self._replica = threading.Lock()  # the chief's own replica: evaluations (a thread) and checkpoints
         self._init_liveness()
         self._timing_of: dict[str, schedule.WorkerTiming] = {}  # ASHL: each group's timing in the last plan with it
         self._incarnation: dict[str, tuple[float, dict]] = {}  # group -> (its process's start time, its last stats)
@@ -161,11 +164,16 @@ class Chief(Liveness):
     # -- global model --
 
     def _weights(self, sess) -> dict[str, np.ndarray]:
-        self._run(sess, self.g.pull)
-        return self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()})
+        with self._replica:
+            self._run(sess, self.g.pull)
+            return self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()})
 
     def _evaluate(self, sess) -> tuple[float, float]:
         """(held-out accuracy, mean training loss on the fixed subset) of the global model."""
+        with self._replica:
+            return self._evaluate_replica(sess)
+
+    def _evaluate_replica(self, sess) -> tuple[float, float]:
         self._run(sess, self.g.pull)
         self._run(sess, self.g.train.copy_masters_to_slices)
         t = self.g.train
@@ -384,47 +392,54 @@ class Chief(Liveness):
 
     def _loop(self, sess) -> dict:
         cfg = self.cfg
-        next_eval, next_ckpt = 0.0, self.elapsed() + cfg.checkpoint_interval_s
+        next_ckpt = self.elapsed() + cfg.checkpoint_interval_s
         reached = None
-        while True:
-            time.sleep(TICK_S)
-            self._global(sess)
-            stats, vals = self._stats(sess)
-            totals = self._totals(stats)
-            now = self.elapsed()
-            self._check_liveness(sess, stats, vals, totals, now)
-            self._check_rejected(int(vals["rejected"]), now)
-            if self.phase == "profiling" and all(s["profiled"] > 0 for s in self._live(stats).values()):
-                self.phases.start_ahl(int(sum(t["steps"] for t in totals.values())), wall_time=now)
-                self._plan(sess, "ahl", self._timings(stats), totals, "profiled")
-            steps = int(sum(t["steps"] for t in totals.values()))
-            stop_why = None
-            if self.stop_request:
-                stop_why = self.stop_request
-            elif now >= cfg.time_budget_s:
-                stop_why = "time budget %.0f s" % cfg.time_budget_s
-            elif cfg.max_steps and steps >= cfg.max_steps:
-                stop_why = "step budget %d" % cfg.max_steps
-            elif cfg.max_rounds and all(s["done"] > 0 for g, s in stats.items() if not self.controls[g].lost):
-                stop_why = "every group made its %d rounds" % cfg.max_rounds
-            elif reached is not None and now >= reached + cfg.stop_after_target_s:
-                stop_why = "target accuracy %.3f reached at %.1f s" % (cfg.target_accuracy, reached)
-            if now >= next_eval or stop_why:
-                next_eval = now + cfg.eval_interval_s
-                accuracy, loss = self._evaluate(sess)
-                self.history.append((now, accuracy, loss))
-                self._log_eval(now, accuracy, loss, totals, vals, steps)
-                if cfg.target_accuracy and accuracy >= cfg.target_accuracy and reached is None:
-                    reached = now
-                    if cfg.stop_after_target_s <= 0:
-                        stop_why = stop_why or "target accuracy %.3f reached" % cfg.target_accuracy
-                if not stop_why:
-                    self._drive(sess, stats, totals, accuracy, loss)
-            if now >= next_ckpt and not stop_why:
-                next_ckpt = now + cfg.checkpoint_interval_s
-                self._save(sess, totals)
-            if stop_why:
-                return stop_why, reached
+        ticks: collections.deque = collections.deque(maxlen=200)  # (elapsed s, totals, counters) of recent ticks
+        evaluator = Evaluator(lambda: self._evaluate(sess), self.elapsed, cfg.eval_interval_s).start()
+        try:
+            while True:
+                time.sleep(TICK_S)
+                self._global(sess)
+                stats, vals = self._stats(sess)
+                totals = self._totals(stats)
+                now = self.elapsed()
+                ticks.append((now, totals, vals))
+                self._check_liveness(sess, stats, vals, totals, now)
+                self._check_rejected(int(vals["rejected"]), now)
+                if self.phase == "profiling" and all(s["profiled"] > 0 for s in self._live(stats).values()):
+                    self.phases.start_ahl(int(sum(t["steps"] for t in totals.values())), wall_time=now)
+                    self._plan(sess, "ahl", self._timings(stats), totals, "profiled")
+                steps = int(sum(t["steps"] for t in totals.values()))
+                stop_why = None
+                if self.stop_request:
+                    stop_why = self.stop_request
+                elif now >= cfg.time_budget_s:
+                    stop_why = "time budget %.0f s" % cfg.time_budget_s
+                elif cfg.max_steps and steps >= cfg.max_steps:
+                    stop_why = "step budget %d" % cfg.max_steps
+                elif cfg.max_rounds and all(s["done"] > 0 for g, s in stats.items() if not self.controls[g].lost):
+                    stop_why = "every group made its %d rounds" % cfg.max_rounds
+                elif reached is not None and now >= reached + cfg.stop_after_target_s:
+                    stop_why = "target accuracy %.3f reached at %.1f s" % (cfg.target_accuracy, reached)
+                for t_eval, accuracy, loss in evaluator.results():
+                    # the counters as they were when the evaluated model was pulled (the last tick before)
+                    _, then, then_vals = next((x for x in reversed(ticks) if x[0] <= t_eval), ticks[0])
+                    self.history.append((t_eval, accuracy, loss))
+                    self._log_eval(t_eval, accuracy, loss, then, then_vals,
+                                   int(sum(t["steps"] for t in then.values())))
+                    if cfg.target_accuracy and accuracy >= cfg.target_accuracy and reached is None:
+                        reached = t_eval
+                        if cfg.stop_after_target_s <= 0:
+                            stop_why = stop_why or "target accuracy %.3f reached" % cfg.target_accuracy
+                    if not stop_why:
+                        self._drive(sess, stats, totals, accuracy, loss)
+                if now >= next_ckpt and not stop_why:
+                    next_ckpt = now + cfg.checkpoint_interval_s
+                    self._save(sess, totals)
+                if stop_why:
+                    return stop_why, reached
+        finally:
+            evaluator.stop(cfg.ps_timeout_s)
 
     # -- faults --
 

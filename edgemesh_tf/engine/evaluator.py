@@ -1,0 +1,55 @@
+"""The chief's evaluations in a thread of their own, so that its control loop keeps its tick.
+
+An evaluation (pull the global model, held-out accuracy, training loss on a subset) takes about
+as long as the evaluation interval on a small machine; run inline it would delay every decision
+that needs no accuracy (ASHL's end of profiling, liveness, stop conditions) by up to that much.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable
+
+
+class Evaluator:
+    """Calls evaluate() -> (accuracy, loss) every interval_s (measured from the start of the last
+    call; back to back when one takes longer) until stopped; `results()` returns the finished ones
+    as (elapsed s at the start, accuracy, loss) and re-raises an error of the thread."""
+
+    def __init__(self, evaluate: Callable[[], tuple[float, float]], elapsed: Callable[[], float], interval_s: float):
+        self._evaluate, self._elapsed, self.interval_s = evaluate, elapsed, interval_s
+        self._stop = threading.Event()
+        self._out: queue.SimpleQueue = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="chief-evaluator", daemon=True)
+
+    def start(self) -> "Evaluator":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                t = self._elapsed()
+                accuracy, loss = self._evaluate()
+                self._out.put((t, accuracy, loss))
+                self._stop.wait(max(0.0, t + self.interval_s - self._elapsed()))
+        except BaseException as e:  # noqa: BLE001 - handed to the control loop by results()
+            self._error = e
+
+    def results(self) -> list[tuple[float, float, float]]:
+        out = []
+        while True:
+            try:
+                out.append(self._out.get_nowait())
+            except queue.Empty:
+                break
+        if self._error is not None and not out:
+            raise self._error
+        return out
+
+    def stop(self, timeout_s: float) -> bool:
+        """Asks the thread to stop and waits at most timeout_s; True if it has ended."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()

@@ -1,0 +1,43 @@
+"""The chief's evaluation thread: results in order with their start times, errors handed over,
+a bounded stop."""
+import threading
+import time
+
+import pytest
+
+from edgemesh_tf.engine.evaluator import Evaluator
+
+
+def test_results_come_in_order_at_the_interval_and_errors_reach_the_caller():
+    calls = []
+    t0 = time.monotonic()
+    elapsed = lambda: time.monotonic() - t0
+
+    def evaluate():
+        calls.append(threading.current_thread().name)
+        if len(calls) == 4:
+            raise RuntimeError("the ps is gone")
+        return 0.1 * len(calls), 1.0 / len(calls)
+
+    ev = Evaluator(evaluate, elapsed, interval_s=0.05).start()
+    deadline = time.monotonic() + 10
+    got = []
+    with pytest.raises(RuntimeError, match="the ps is gone"):
+        while time.monotonic() < deadline:
+            got += ev.results()
+            time.sleep(0.01)
+    assert [round(a, 1) for _, a, _ in got] == [0.1, 0.2, 0.3]
+    starts = [t for t, _, _ in got]
+    assert starts == sorted(starts) and all(b - a >= 0.045 for a, b in zip(starts, starts[1:]))
+    assert set(calls) == {"chief-evaluator"}  # not the caller's thread
+    assert ev.stop(1.0)
+
+
+def test_stop_is_bounded_and_says_whether_the_thread_ended():
+    release = threading.Event()
+    ev = Evaluator(lambda: (release.wait(5), (0.5, 0.5))[1], lambda: 0.0, interval_s=0.01).start()
+    t = time.monotonic()
+    assert not ev.stop(0.2)  # stuck in an evaluation
+    assert time.monotonic() - t < 1.0
+    release.set()
+    assert ev.stop(2.0)
