@@ -84,6 +84,20 @@ def machine(command: str) -> dict:
     return info
 
 
+def record_machine(path: str, info: dict, only: list[str]) -> dict:
+    """Writes the machine record of this run; a partial run (--only) keeps the full run's record
+    and is added to its "partial_runs". Returns what was written."""
+    if only and os.path.exists(path):
+        with open(path) as f:
+            full = json.load(f)
+        full["partial_runs"] = full.get("partial_runs", []) + [
+            {k: info.get(k) for k in ("command", "date", "git_commit", "seconds")} | {"only": only}]
+        info = full
+    with open(path, "w") as f:
+        json.dump(info, f, indent=1)
+    return info
+
+
 def _last_json(stdout: str):
     """The JSON object a benchmark printed: the whole stdout, else its last line that parses."""
     try:
@@ -151,8 +165,7 @@ def main():
         with open(os.path.join(args.results, f"{b.name}.json"), "w") as f:
             json.dump(rec, f, indent=1)
     info["seconds"] = round(time.monotonic() - t0, 1)
-    with open(os.path.join(args.results, "machine.json"), "w") as f:
-        json.dump(info, f, indent=1)
+    record_machine(os.path.join(args.results, "machine.json"), info, only)
     path = report.render(args.results, args.out)
     print(f"[bench] wrote {path}", file=sys.stderr)
 

@@ -259,6 +259,8 @@ class GroupRunner:
         self.log.write(json.dumps(rec) + "\n")
         self.log.flush()
         self._pending = self._stats(rec["loss"], round_s=time.time() - t_start)
+        if phase == "profiling" and self.profile and self._round == PROFILE_ROUNDS:
+            self._report(sess, rec["loss"])  # the chief plans AHL once every group has profiled: tell it now
 
     def _profile_update(self, step_s, pull_s, push_s):
         """ASHL's profiling pre-training: after PROFILE_ROUNDS rounds (of profile_steps iterations), the

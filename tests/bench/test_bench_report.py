@@ -126,3 +126,16 @@ def test_suite_records_each_outcome(tmp_path, body, status, error):
 def test_suite_missing_script_is_failed():
     rec = suite.run_bench(suite.Bench("nope", "does_not_exist.py", (), (), 5), quick=True)
     assert rec["status"] == "failed" and "does_not_exist.py does not exist" in rec["error"]
+
+
+def test_partial_rerun_is_added_to_the_machine_record_and_shown(tmp_path):
+    shutil.copytree(RECORDED, tmp_path / "rec")
+    path = str(tmp_path / "rec" / "machine.json")
+    full = _rec("machine")
+    info = {"command": "python bench/suite.py --only faults", "date": "2026-11-30 17:00:00", "git_commit": "abc123",
+            "seconds": 700.0}
+    merged = suite.record_machine(path, info, ["faults"])
+    assert merged["command"] == full["command"] and merged["partial_runs"][-1]["only"] == ["faults"]
+    text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
+    assert "Re-run since: faults by `python bench/suite.py --only faults` on 2026-11-30 17:00:00" in text
+    assert full["command"] in text
