@@ -186,10 +186,19 @@ def _child_env() -> dict:
     return env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports: all held open at once while they are chosen (ports picked
+    one at a time may repeat, and a repeated port stops the forwarder binding its routes)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _plan_netns(cluster: EmulatedCluster, run: state_lib.RunState):
@@ -212,7 +221,8 @@ def _plan_netns(cluster: EmulatedCluster, run: state_lib.RunState):
 def _plan_userspace(cluster: EmulatedCluster):
     """Loopback ports; a forwarder route per (source, destination) with rate and delay."""
     devices = cluster.spec.devices
-    server_port = {d.name: _free_port() for d in devices}
+    ports = iter(free_ports(len(devices) * (len(devices) + 1)))  # one per server, one per (source, destination)
+    server_port = {d.name: next(ports) for d in devices}
     views: dict[str, dict[str, str]] = {}
     routes = []
     for src in [None] + list(devices):
@@ -221,7 +231,7 @@ def _plan_userspace(cluster: EmulatedCluster):
             if src is not None and src.name == dst.name:
                 view[dst.name] = "127.0.0.1:%d" % server_port[dst.name]
                 continue
-            port = _free_port()
+            port = next(ports)
             rates = [r for r in (dst.bandwidth_mbit, src.bandwidth_mbit if src else None) if r]
             routes.append(forwarder.Route(listen=("127.0.0.1", port), target=("127.0.0.1", server_port[dst.name]),
                                           delay_ms=dst.latency_ms + (src.latency_ms if src else 0.0),

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from edgemesh_tf.cluster import forwarder
+from edgemesh_tf.cluster.emulator import free_ports
 
 
 @pytest.fixture
@@ -39,12 +40,6 @@ def echo_and_sink():
     ls.close()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rtt_ms(port, n=15):
     s = socket.create_connection(("127.0.0.1", port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -59,7 +54,7 @@ def _rtt_ms(port, n=15):
 
 
 def test_delay_and_rate(echo_and_sink):
-    delayed, limited = _free_port(), _free_port()
+    delayed, limited = free_ports(2)
     listeners = forwarder.serve([
         # The peer (this process, 127.0.0.1) has its own 1 ms link: 4 + 1 ms each way.
         forwarder.Route(("127.0.0.1", delayed), ("127.0.0.1", echo_and_sink), delay_ms=4.0,
