@@ -67,6 +67,15 @@ def _lost(final):
     return final.get("lost_groups") if isinstance(final, dict) else None
 
 
+def _records(logdir):
+    """The chief's records of the run in logdir (complete lines; none before the file exists)."""
+    path = os.path.join(logdir, "chief.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(x) for x in f if x.endswith("\n")]
+
+
 def scenario_a(cluster, args, work):
     slow = _slowest(cluster)
     with emulated_cluster(cluster) as em:
@@ -113,14 +122,11 @@ def scenario_c(cluster, args, work):
                               kill=(ps, lambda r: r.get("event") == "checkpoint" and r["global_steps"] > 0))
         stopped_after = round(time.monotonic() - killed["at"], 1) if killed else None
     named = isinstance(err, PSLost) and "/job:ps/task:0 (%s)" % ps in str(err)
-    with open(os.path.join(logdir, "chief.jsonl")) as f:
-        recs = [json.loads(x) for x in f]
-    ckpt = [r for r in recs if r["event"] == "checkpoint"][-1]
+    ckpt = [r for r in _records(logdir) if r["event"] == "checkpoint"][-1]
     with emulated_cluster(cluster) as em:
         final, _, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
                            time_budget_s=ckpt["t"] + 5.0)
-    with open(os.path.join(logdir, "chief.jsonl")) as f:
-        resume = [r for r in map(json.loads, f) if r["event"] == "resume"]
+    resume = [r for r in _records(logdir) if r["event"] == "resume"]
     resumed = bool(resume) and resume[-1]["global_steps"] == ckpt["global_steps"]
     return {"scenario": "c", "what": f"ps {ps} killed after the first checkpoint, then the job restarted",
             "stopped_after_s": stopped_after, "error_names_ps": named, "error": str(err).splitlines()[0][:200],
@@ -131,8 +137,7 @@ def scenario_c(cluster, args, work):
 
 def _rate(logdir, t_from):
     """Mean total examples/s of the chief's evaluations at or after t_from (s of training)."""
-    with open(os.path.join(logdir, "chief.jsonl")) as f:
-        rates = [r["examples_per_sec"] for r in map(json.loads, f) if r["event"] == "eval" and r["t"] >= t_from]
+    rates = [r["examples_per_sec"] for r in _records(logdir) if r["event"] == "eval" and r["t"] >= t_from]
     return sum(rates) / len(rates) if rates else None
 
 
@@ -152,8 +157,7 @@ def scenario_d(cluster, args, work):
                 act = (lambda em=em: em.set_slowdown(victim, 3.0),
                        lambda r: r.get("event") == "eval" and r["t"] >= slow_at)
             final, info, _ = _job(cluster, em, args, logdir, sync, act=act, time_budget_s=budget, target_accuracy=None)
-        with open(os.path.join(logdir, "chief.jsonl")) as f:
-            replans = [r for r in map(json.loads, f) if r["event"] == "replan" and r["why"].startswith("drift")]
+        replans = [r for r in _records(logdir) if r["event"] == "replan" and r["why"].startswith("drift")]
         runs[label] = {"examples_per_sec": _rate(logdir, window), "slowed_at_s": info.get("t"),
                        "drift_replans": [{"t": r["t"], "why": r["why"][:160]} for r in replans],
                        "error": None if isinstance(final, dict) else str(final)}
@@ -164,14 +168,6 @@ def scenario_d(cluster, args, work):
             f"last {budget - window:.0f} s against a fresh plan for the new speeds", **runs,
             "throughput_over_fresh_plan": ratio, "replanned_on_drift": replanned,
             "ok": replanned and ratio is not None and ratio >= 0.8}
-
-
-def _records(logdir):
-    path = os.path.join(logdir, "chief.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(x) for x in f if x.endswith("\n")]
 
 
 def _first(logdir, predicate, job, timeout_s):
@@ -204,7 +200,7 @@ def _readmission_run(cluster, args, logdir, label, sync, groups, victim, budget_
     for a multi-device group, once that group was re-planned and re-admitted without it)."""
     cfg = job_config(cluster, groups, sync=sync, logdir=logdir, time_budget_s=budget_s, eval_interval_s=0.5,
                      checkpoint_interval_s=30.0, lost_after_s=3.0, wait_timeout_s=60.0)
-    group = next(g.name for g in groups if any(cfg.device_names[d] == victim for d in g.layout["devices"]))
+    group = next(g.name for g in groups if victim in cfg.names_of(g.layout["devices"]))
     multi = len(next(g for g in groups if g.name == group).layout["devices"]) > 1
     out, row = {}, {"scenario": "e", "what": label}
     with emulated_cluster(cluster) as em:
@@ -243,7 +239,7 @@ def _readmission_run(cluster, args, logdir, label, sync, groups, victim, budget_
                 "examples_per_sec_after_readmission": round(sum(after) / len(after), 1) if after else None,
                 "lost_groups_at_end": final and final["lost_groups"], "error": out.get("error")})
     whole = bool(last) and sorted(last["devices"]) == sorted(
-        cfg.device_names[d] for g in groups if g.name == group for d in g.layout["devices"])
+        cfg.names_of(next(g for g in groups if g.name == group).layout["devices"]))
     row["ok"] = bool(final) and final["lost_groups"] == [] and whole and bool(after) and max(after) > 0 and (
         not multi or row.get("replanned_over") == [n for n in last["devices"] if n != victim]) and (
         sync.strategy != "ashl" or bool(replans))

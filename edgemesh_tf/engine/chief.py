@@ -50,6 +50,11 @@ def _close_quietly(sess) -> None:
         pass
 
 
+def _steps(totals) -> int:
+    """Local iterations summed over the groups of `totals` ({group: cumulative stats})."""
+    return int(sum(t["steps"] for t in totals.values()))
+
+
 def _plan_view(controls) -> dict:
     """{group: {"H", "D", "R"}} of the live groups: what a re-plan changes."""
     return {g: {"H": c.local_steps, "D": round(c.share, 4), "R": round(c.ratio, 4)}
@@ -215,7 +220,7 @@ class Chief(Liveness):
         state = {"phase": self.phase, "phase_controller": self.phases.state(),
                  "controls": {g: {f: getattr(c, f) for f in rules.GroupControl.FIELDS} for g, c in self.controls.items()},
                  "totals": totals, "elapsed_s": self.elapsed() if elapsed is None else elapsed, "history": self.history,
-                 "global_steps": int(sum(t["steps"] for t in totals.values())),
+                 "global_steps": _steps(totals),
                  "adsp_commits": self.search.count if self.search else None}
         prefix = checkpoint.save(self.ckpt_dir, self._weights(sess), state)
         self._record({"event": "checkpoint", "path": prefix, "t": round(state["elapsed_s"], 3),
@@ -284,7 +289,7 @@ class Chief(Liveness):
 
     def _drive(self, sess, stats, totals, accuracy, loss) -> None:
         if self.sync.strategy == "ashl" and self.phase in ("ahl", "shl"):
-            steps = int(sum(t["steps"] for t in totals.values()))
+            steps = _steps(totals)
             live = self._live_timings(stats, totals)
             drifted = self._drift(totals)
             # a drift with nothing measured since it began (e.g. a group gone silent) waits for the next evaluation
@@ -311,7 +316,7 @@ class Chief(Liveness):
     @staticmethod
     def _drift_since(drifted) -> dict:
         """The totals when the earliest of the drifts began."""
-        return min((d[3] for d in drifted), key=lambda tot: sum(t["steps"] for t in tot.values()))
+        return min((d[3] for d in drifted), key=_steps)
 
     def _drift(self, totals) -> list[tuple[str, float, float, dict]]:
         prev, self._eval_totals = self._eval_totals, {g: dict(t) for g, t in totals.items()}
@@ -367,7 +372,7 @@ class Chief(Liveness):
         totals = self._totals(stats)
         accuracy, loss = self._evaluate(sess)
         self.history.append((stop_t, accuracy, loss))
-        self._log_eval(stop_t, accuracy, loss, totals, vals, int(sum(t["steps"] for t in totals.values())))
+        self._log_eval(stop_t, accuracy, loss, totals, vals, _steps(totals))
         prefix = self._save(sess, totals, elapsed=stop_t)
         final = self._final(why, reached, totals, prefix, stop_t)
         final.update(self.report.end(final, totals, stop_t))
@@ -407,9 +412,9 @@ class Chief(Liveness):
                 self._check_liveness(sess, stats, vals, totals, now)
                 self._check_rejected(int(vals["rejected"]), now)
                 if self.phase == "profiling" and all(s["profiled"] > 0 for s in self._live(stats).values()):
-                    self.phases.start_ahl(int(sum(t["steps"] for t in totals.values())), wall_time=now)
+                    self.phases.start_ahl(_steps(totals), wall_time=now)
                     self._plan(sess, "ahl", self._timings(stats), totals, "profiled")
-                steps = int(sum(t["steps"] for t in totals.values()))
+                steps = _steps(totals)
                 stop_why = None
                 if self.stop_request:
                     stop_why = self.stop_request
@@ -426,7 +431,7 @@ class Chief(Liveness):
                     _, then, then_vals = next((x for x in reversed(ticks) if x[0] <= t_eval), ticks[0])
                     self.history.append((t_eval, accuracy, loss))
                     self._log_eval(t_eval, accuracy, loss, then, then_vals,
-                                   int(sum(t["steps"] for t in then.values())))
+                                   _steps(then))
                     if cfg.target_accuracy and accuracy >= cfg.target_accuracy and reached is None:
                         reached = t_eval
                         if cfg.stop_after_target_s <= 0:
@@ -462,7 +467,7 @@ class Chief(Liveness):
         return {"event": "final", "strategy": self.sync.strategy, "why": why, "t": round(stop_t, 3),
                 "accuracy": round(acc, 4), "time_to_target_s": None if reached is None else round(reached, 3),
                 "phase": self.phase, "phase_transitions": self.phases.transitions,
-                "global_steps": int(sum(t["steps"] for t in totals.values())),
+                "global_steps": _steps(totals),
                 "bytes_sent": int(sum(t["bytes_sent"] for t in totals.values())),
                 "bytes_received": int(sum(t["bytes_received"] for t in totals.values())),
                 "wait_s": round(sum(t["wait_s"] for t in totals.values()), 3),

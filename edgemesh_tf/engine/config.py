@@ -167,6 +167,10 @@ class JobConfig:
     def group_names(self) -> list[str]:
         return [g.name for g in self.groups]
 
+    def names_of(self, devices) -> list[str]:
+        """The cluster names of TF device strings (each once, in order; unknown ones as they are)."""
+        return [self.device_names.get(d, d) for d in dict.fromkeys(devices)]
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

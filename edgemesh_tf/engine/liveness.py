@@ -27,7 +27,7 @@ class Liveness:
         if group in self._running_on:
             return self._running_on[group]
         spec = next(g for g in self.cfg.groups if g.name == group)
-        return [self.cfg.device_names.get(d, d) for d in spec.layout["devices"]]
+        return self.cfg.names_of(spec.layout["devices"])
 
     def _check_liveness(self, sess, stats, vals, totals, now: float) -> None:
         """Declares lost every live group whose process exited or whose heartbeat has not changed

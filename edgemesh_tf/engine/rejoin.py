@@ -63,7 +63,7 @@ class Rejoiner:
         self._said: set[tuple[str, str]] = set()  # (group, message) already reported
 
     def _names(self, group: str) -> list[str]:
-        return [self.cfg.device_names.get(d, d) for d in dict.fromkeys(self.specs[group].layout["devices"])]
+        return self.cfg.names_of(self.specs[group].layout["devices"])
 
     def _answering(self, names) -> list[str]:
         return [n for n in names if n in self.addresses and probe.answers(self.addresses[n], ANSWER_TIMEOUT_S)]
@@ -111,7 +111,7 @@ class Rejoiner:
             except ValueError as e:
                 return self._once(g, {"event": "rejoin_failed", "group": g, "devices": answering,
                                       "why": "group %s cannot be re-planned over %s: %s" % (g, answering, e)})
-        used = [self.cfg.device_names.get(d, d) for d in (layout or self.specs[g].layout)["devices"]]
+        used = self.cfg.names_of((layout or self.specs[g].layout)["devices"])
         pid = self.groups.start(g, self.launch[used[0]], layout)
         self.missing[g] = [n for n in names if n not in used]
         return [{"event": "restarted", "group": g, "devices": used, "pid": pid, "layout": how,
