@@ -108,6 +108,7 @@ class Chief(Liveness):
         self.offsets = {g: {} for g in cfg.group_names}  # totals of earlier runs (resume)
         self.elapsed_before = 0.0
         self._plan_totals, self._plan_t = {}, 0.0
+        self._phase_totals: dict = {}  # the totals when the current phase began
         self.history: list[tuple[float, float, float]] = []  # (elapsed s, accuracy, train loss)
         self.search = (adsp.CommitRateSearch(self.sync.shl_loss, initial=self.sync.adsp_commits, min_points=3)
                        if self.sync.strategy == "adsp" else None)
@@ -247,23 +248,11 @@ class Chief(Liveness):
         return [schedule.WorkerTiming(g, max(1e-3, s["profile_iter_ms"]), s["profile_pull_ms"] + s["profile_push_ms"],
                                       s["profile_push_ms"], s["profile_pull_ms"]) for g, s in self._live(stats).items()]
 
-    def _live_timings(self, stats, totals, since=None) -> list[schedule.WorkerTiming] | None:
-        """Timings measured over the rounds since the last plan, or since the totals `since` (None
-        until every live group has committed in that window). A compressed push's full-size time is
-        the profiled one."""
-        out = []
-        for g, t in self._live(totals).items():
-            base = (self._plan_totals if since is None else since).get(g, {})
-            d = {k: t[k] - base.get(k, 0.0) for k in CUMULATIVE}
-            if d["steps"] < 1 or d["commits"] < 1:
-                return None
-            pull_ms = 1000 * d["pull_s"] / d["commits"]
-            push_ms = 1000 * d["push_s"] / d["commits"]
-            if d["bytes_sent"] / d["commits"] < self.g.ps.dense_push_bytes:
-                push_ms = stats[g]["profile_push_ms"]
-            out.append(schedule.WorkerTiming(g, 1000 * d["compute_s"] / d["steps"], pull_ms + push_ms, push_ms,
-                                             pull_ms))
-        return out
+    def _live_timings(self, stats, totals, *bases) -> list[schedule.WorkerTiming] | None:
+        """The live groups' timings measured since the first of `bases` (default: the last plan's
+        totals) over which every live group committed; None if none."""
+        return rules.measured_timings(self._live(totals), bases or (self._plan_totals,), self.g.ps.dense_push_bytes,
+                                      {g: s["profile_push_ms"] for g, s in stats.items()})
 
     def _plan(self, sess, phase: str, timings, totals, why: str) -> None:
         """ASHL: new H_i, D_i, R_i for `phase` from `timings`; enters `phase` (or re-plans it)."""
@@ -277,6 +266,7 @@ class Chief(Liveness):
             t.name, t.iter_ms, t.other_ms, t.push_ms, self.controls[t.name].local_steps, self.controls[t.name].ratio)
             for t in timings)
         if phase != self.phase:
+            self._phase_totals = totals
             if phase == "shl":  # SHL's staleness counts the commits made in SHL, not the lead from AHL
                 self.g.ps.reset_counters(sess, self.cfg.ps_timeout_s)
             self._enter(sess, phase, why)
@@ -293,9 +283,11 @@ class Chief(Liveness):
             live = self._live_timings(stats, totals)
             drifted = self._drift(totals)
             # a drift with nothing measured since it began (e.g. a group gone silent) waits for the next evaluation
-            measured = drifted and (self._live_timings(stats, totals, self._drift_since(drifted)) or live)
+            measured = drifted and self._live_timings(stats, totals, self._drift_since(drifted), self._plan_totals)
             if self.phase == "ahl" and self.phases.observe_loss(loss, steps, self.elapsed()) == "shl":
-                self._plan(sess, "shl", live or self._timings(stats), totals,
+                # a re-plan just before the switch leaves nothing measured since: use all of AHL, not the profile
+                self._plan(sess, "shl", self._live_timings(stats, totals, self._plan_totals, self._phase_totals)
+                           or self._timings(stats), totals,
                            "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss))
             elif measured:
                 self._plan(sess, self.phase, measured, totals, "drift: " + "; ".join(
@@ -358,8 +350,8 @@ class Chief(Liveness):
         self.g.ps.initialize(sess, weights, timeout_s=cfg.wait_timeout_s)
         self._wait_for_groups(sess)
         self.g.ps.reset_counters(sess, cfg.wait_timeout_s)
+        self.report.start(self.elapsed_before)  # renders the layout picture (~0.5 s): set-up, not training
         self.t0 = time.monotonic()
-        self.report.start(self.elapsed_before)
         if len(self.phases.transitions) == 1:  # a new run: times are seconds of training
             self.phases.transitions = [(self.phase, 0, 0.0)]
         self._global(sess)

@@ -29,7 +29,8 @@ class SyncConfig:
     ahl_h_preset / shl_h_preset: ASHL's local iterations of the slowest group per commit in AHL (8)
       and SHL (2); faster groups get more (schedule.local_iterations).
     shl_loss: ASHL switches AHL -> SHL once the global training loss is <= this.
-    profile_steps: ASHL's profiling pre-training: local iterations of the timed round (5).
+    profile_steps: ASHL's profiling pre-training: local iterations of the timed round (8: their median
+      is the profile, and 8 keep a few iterations slowed by the start-up's contention out of it).
     adsp_period_s / adsp_commits: ADSP's scheduling period and initial commits per period; the
       commit count is then searched online from the fitted loss curve.
     compression: "none" (dense pushes), "fixed" (top-k at `ratio`) or "ashl" (per-group ratio that
@@ -49,7 +50,7 @@ class SyncConfig:
     ahl_h_preset: int = 8
     shl_h_preset: int = 2
     shl_loss: float = 0.15
-    profile_steps: int = 5
+    profile_steps: int = 8
     adsp_period_s: float = 6.0
     adsp_commits: int = 6
     compression: str | None = None

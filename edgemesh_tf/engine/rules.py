@@ -179,6 +179,30 @@ def drift_step(prev: Mapping[str, Mapping[str, float]], totals: Mapping[str, Map
     return out, now
 
 
+def measured_timings(totals: Mapping[str, Mapping[str, float]], bases: Sequence[Mapping[str, Mapping[str, float]]],
+                     dense_push_bytes: float, profile_push_ms: Mapping[str, float]
+                     ) -> list[schedule.WorkerTiming] | None:
+    """The groups' timings (ms) measured from their cumulative totals since the first of `bases`
+    (earlier totals: e.g. at the last plan, then at the start of the phase) over which every group
+    made a step and a commit; None if no base has that. A compressed push (fewer bytes per commit
+    than `dense_push_bytes`) counts with its full-size time, the profiled `profile_push_ms[group]`."""
+    for base in bases:
+        out = []
+        for g, t in totals.items():
+            d = {k: t[k] - base.get(g, {}).get(k, 0.0) for k in ("steps", "commits", "compute_s", "pull_s",
+                                                                  "push_s", "bytes_sent")}
+            if d["steps"] < 1 or d["commits"] < 1:
+                break
+            pull_ms, push_ms = 1000 * d["pull_s"] / d["commits"], 1000 * d["push_s"] / d["commits"]
+            if d["bytes_sent"] / d["commits"] < dense_push_bytes:
+                push_ms = profile_push_ms[g]
+            out.append(schedule.WorkerTiming(g, 1000 * d["compute_s"] / d["steps"], pull_ms + push_ms, push_ms,
+                                             pull_ms))
+        else:
+            return out
+    return None
+
+
 def live_counts(commits: Mapping[str, int], controls: Mapping[str, GroupControl]) -> dict[str, int]:
     """Commit counts of the groups the chief has not declared lost (the ones gates wait for)."""
     return {g: c for g, c in commits.items() if not controls[g].lost}

@@ -148,3 +148,24 @@ def test_drift_needs_several_intervals_off_the_plan_and_remembers_when_it_began(
     # faster by more than the fraction counts too
     found, _ = rules.drift_step(tot(0, 0.0), tot(100, 0.5), planned, {"a": (2, {}), "b": (2, {})}, 0.5, 3)
     assert [g for g, *_ in found] == ["a", "b"]
+
+
+def test_measured_timings_fall_back_to_an_earlier_base_when_a_group_has_not_committed_since_the_last():
+    def tot(steps, commits, compute_s, pull_s, push_s, sent):
+        return {"steps": steps, "commits": commits, "compute_s": compute_s, "pull_s": pull_s, "push_s": push_s,
+                "bytes_sent": sent}
+
+    phase_start = {"fast": tot(10, 2, 0.1, 0.02, 0.04, 2000), "slow": tot(5, 1, 0.2, 0.2, 0.3, 1000)}
+    last_plan = {"fast": tot(50, 6, 0.5, 0.06, 0.12, 6000), "slow": tot(13, 2, 0.4, 0.4, 0.6, 2000)}
+    now = {"fast": tot(90, 10, 0.9, 0.10, 0.20, 10000), "slow": tot(13, 2, 0.4, 0.4, 0.6, 2000)}
+    profile_push = {"fast": 40.0, "slow": 300.0}
+    # "slow" made no commit since the last plan: nothing to measure from there
+    assert rules.measured_timings(now, [last_plan], 1000, profile_push) is None
+    fast, slow = rules.measured_timings(now, [last_plan, phase_start], 1000, profile_push)
+    assert (fast.name, round(fast.iter_ms, 6), round(fast.other_ms, 6), round(fast.push_ms, 6)) == ("fast", 10.0, 10.0, 20.0)
+    assert (slow.name, round(slow.iter_ms, 6), round(slow.other_ms, 6), round(slow.push_ms, 6)) == ("slow", 25.0, 200.0, 300.0)
+    assert round(slow.comm_ms, 6) == 500.0
+    # pushes smaller than a dense one were compressed: their full-size time is the profiled one
+    fast, _ = rules.measured_timings(now, [phase_start], 4000, profile_push)
+    assert fast.push_ms == 40.0
+    assert rules.measured_timings(now, [], 1000, profile_push) is None
