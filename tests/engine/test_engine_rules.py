@@ -12,7 +12,7 @@ BATCH = {"a": 32, "b": 32, "c": 64}
 
 @pytest.mark.parametrize("strategy,steps,wait", [("bsp", 1, "barrier"), ("asp", 1, "none"), ("ssp", 1, "staleness"),
                                                  ("local_sgd", 8, "barrier"), ("adsp", 0, "none"),
-                                                 ("ashl", 5, "none")])
+                                                 ("ashl", 8, "none")])
 def test_each_strategy_round_rule(strategy, steps, wait):
     sync = SyncConfig(strategy=strategy)
     controls = rules.initial_controls(sync, BATCH)
