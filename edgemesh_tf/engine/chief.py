@@ -248,11 +248,11 @@ class Chief(Liveness):
         return [schedule.WorkerTiming(g, max(1e-3, s["profile_iter_ms"]), s["profile_pull_ms"] + s["profile_push_ms"],
                                       s["profile_push_ms"], s["profile_pull_ms"]) for g, s in self._live(stats).items()]
 
-    def _live_timings(self, stats, totals, *bases) -> list[schedule.WorkerTiming] | None:
-        """The live groups' timings measured since the first of `bases` (default: the last plan's
-        totals) over which every live group committed; None if none."""
-        return rules.measured_timings(self._live(totals), bases or (self._plan_totals,), self.g.ps.dense_push_bytes,
-                                      {g: s["profile_push_ms"] for g, s in stats.items()})
+    def _live_timings(self, stats, totals, since=None) -> list[schedule.WorkerTiming] | None:
+        """The live groups' timings measured since the totals `since` (default: the last plan's);
+        None until every live group has committed in that window."""
+        return rules.measured_timings(self._live(totals), [self._plan_totals if since is None else since],
+                                      self.g.ps.dense_push_bytes, {g: s["profile_push_ms"] for g, s in stats.items()})
 
     def _plan(self, sess, phase: str, timings, totals, why: str) -> None:
         """ASHL: new H_i, D_i, R_i for `phase` from `timings`; enters `phase` (or re-plans it)."""
@@ -283,10 +283,10 @@ class Chief(Liveness):
             live = self._live_timings(stats, totals)
             drifted = self._drift(totals)
             # a drift with nothing measured since it began (e.g. a group gone silent) waits for the next evaluation
-            measured = drifted and self._live_timings(stats, totals, self._drift_since(drifted), self._plan_totals)
+            measured = drifted and (self._live_timings(stats, totals, self._drift_since(drifted)) or live)
             if self.phase == "ahl" and self.phases.observe_loss(loss, steps, self.elapsed()) == "shl":
                 # a re-plan just before the switch leaves nothing measured since: use all of AHL, not the profile
-                self._plan(sess, "shl", self._live_timings(stats, totals, self._plan_totals, self._phase_totals)
+                self._plan(sess, "shl", live or self._live_timings(stats, totals, self._phase_totals)
                            or self._timings(stats), totals,
                            "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss))
             elif measured:
