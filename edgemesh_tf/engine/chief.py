@@ -31,7 +31,7 @@ from edgemesh_tf.engine.control import CUMULATIVE
 from edgemesh_tf.engine.graph import build_replica_graph
 from edgemesh_tf.engine.liveness import Liveness
 from edgemesh_tf.engine.report import JobReport
-from edgemesh_tf.engine.rpc import run_idempotent
+from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models import get_model

@@ -23,7 +23,7 @@ from edgemesh_tf.engine import rules
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.control import CUMULATIVE
 from edgemesh_tf.engine.graph import ReplicaGraph, build_replica_graph
-from edgemesh_tf.engine.rpc import run_idempotent
+from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import layout_from_dict
 from edgemesh_tf.models import get_model

@@ -36,7 +36,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from edgemesh_tf.engine.rpc import run_idempotent
+from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
 
 COLLECTION = "edgemesh_parameter_server"
