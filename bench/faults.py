@@ -31,6 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster  # noqa: E402
+from edgemesh_tf.engine import records  # noqa: E402
 from edgemesh_tf.engine.chief import PSLost  # noqa: E402
 from edgemesh_tf.engine.config import SyncConfig  # noqa: E402
 from edgemesh_tf.engine.job import default_groups, job_config, run_job  # noqa: E402
@@ -51,7 +52,7 @@ def _job(cluster, em, args, logdir, sync, kill=None, act=None, **kw):
     def emit(rec):
         if act and not killed and act[1](rec):
             act[0]()
-            killed.update(device=kill[0] if kill else None, t=rec.get("t"), at=time.monotonic())
+            killed.update(device=kill[0] if kill else None, t=getattr(rec, "t", None), at=time.monotonic())
     kw = {"target_accuracy": args.target, "time_budget_s": args.budget_s, "eval_interval_s": 0.5,
           "checkpoint_interval_s": 5.0, "lost_after_s": 3.0, "wait_timeout_s": 60.0, **kw}
     cfg = job_config(cluster, default_groups(cluster, 32), sync=sync, logdir=logdir, **kw)
@@ -67,15 +68,6 @@ def _lost(final):
     return final.get("lost_groups") if isinstance(final, dict) else None
 
 
-def _records(logdir):
-    """The chief's records of the run in logdir (complete lines; none before the file exists)."""
-    path = os.path.join(logdir, "chief.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(x) for x in f if x.endswith("\n")]
-
-
 def scenario_a(cluster, args, work):
     slow = _slowest(cluster)
     with emulated_cluster(cluster) as em:
@@ -87,7 +79,7 @@ def scenario_a(cluster, args, work):
         return {**row, "ok": False, "error": f"the fault-free run did not reach {args.target}"}
     with emulated_cluster(cluster) as em:
         final, killed, _ = _job(cluster, em, args, os.path.join(work, "a-fault"), SyncConfig(strategy="ashl"),
-                                kill=(slow, lambda r: r.get("event") == "eval" and r["t"] >= 0.3 * t_base))
+                                kill=(slow, lambda r: isinstance(r, records.Eval) and r.t >= 0.3 * t_base))
     t = final.get("time_to_target_s") if isinstance(final, dict) else None
     ratio = None if t is None else round(t / t_base, 3)
     return {**row, "killed_at_s": killed.get("t"), "time_to_target_s": t, "over_fault_free": ratio,
@@ -99,8 +91,8 @@ def scenario_b(cluster, args, work):
     rows = []
     victim = cluster.workers[1].name
     for label, sync, when in (
-            ("BSP", SyncConfig(strategy="bsp"), lambda r: r.get("event") == "eval" and r["t"] >= args.b_kill_s),
-            ("SHL", SyncConfig(strategy="ashl"), lambda r: r.get("event") == "phase" and r["to"] == "shl")):
+            ("BSP", SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.t >= args.b_kill_s),
+            ("SHL", SyncConfig(strategy="ashl"), lambda r: isinstance(r, records.Phase) and r.new == "shl")):
         with emulated_cluster(cluster) as em:
             final, killed, wall = _job(cluster, em, args, os.path.join(work, "b-" + label), sync,
                                        kill=(victim, when), time_budget_s=args.b_budget_s, target_accuracy=None)
@@ -119,25 +111,25 @@ def scenario_c(cluster, args, work):
     logdir = os.path.join(work, "c")
     with emulated_cluster(cluster) as em:
         err, killed, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
-                              kill=(ps, lambda r: r.get("event") == "checkpoint" and r["global_steps"] > 0))
+                              kill=(ps, lambda r: isinstance(r, records.Checkpoint) and r.global_steps > 0))
         stopped_after = round(time.monotonic() - killed["at"], 1) if killed else None
     named = isinstance(err, PSLost) and "/job:ps/task:0 (%s)" % ps in str(err)
-    ckpt = [r for r in _records(logdir) if r["event"] == "checkpoint"][-1]
+    ckpt = [r for r in records.read(logdir) if isinstance(r, records.Checkpoint)][-1]
     with emulated_cluster(cluster) as em:
         final, _, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
-                           time_budget_s=ckpt["t"] + 5.0)
-    resume = [r for r in _records(logdir) if r["event"] == "resume"]
-    resumed = bool(resume) and resume[-1]["global_steps"] == ckpt["global_steps"]
+                           time_budget_s=ckpt.t + 5.0)
+    resume = [r for r in records.read(logdir) if isinstance(r, records.Resume)]
+    resumed = bool(resume) and resume[-1].global_steps == ckpt.global_steps
     return {"scenario": "c", "what": f"ps {ps} killed after the first checkpoint, then the job restarted",
             "stopped_after_s": stopped_after, "error_names_ps": named, "error": str(err).splitlines()[0][:200],
-            "resumed_from_checkpoint": resumed, "resumed_global_steps": resume[-1]["global_steps"] if resume else None,
+            "resumed_from_checkpoint": resumed, "resumed_global_steps": resume[-1].global_steps if resume else None,
             "ok": named and stopped_after is not None and stopped_after <= 30 and resumed
             and isinstance(final, dict)}
 
 
 def _rate(logdir, t_from):
     """Mean total examples/s of the chief's evaluations at or after t_from (s of training)."""
-    rates = [r["examples_per_sec"] for r in _records(logdir) if r["event"] == "eval" and r["t"] >= t_from]
+    rates = [r.examples_per_sec for r in records.read(logdir) if isinstance(r, records.Eval) and r.t >= t_from]
     return sum(rates) / len(rates) if rates else None
 
 
@@ -155,15 +147,15 @@ def scenario_d(cluster, args, work):
                 act = None
             else:
                 act = (lambda em=em: em.set_slowdown(victim, 3.0),
-                       lambda r: r.get("event") == "eval" and r["t"] >= slow_at)
+                       lambda r: isinstance(r, records.Eval) and r.t >= slow_at)
             final, info, _ = _job(cluster, em, args, logdir, sync, act=act, time_budget_s=budget, target_accuracy=None)
-        replans = [r for r in _records(logdir) if r["event"] == "replan" and r["why"].startswith("drift")]
+        replans = [r for r in records.read(logdir) if isinstance(r, records.Replan) and r.why.startswith("drift")]
         runs[label] = {"examples_per_sec": _rate(logdir, window), "slowed_at_s": info.get("t"),
-                       "drift_replans": [{"t": r["t"], "why": r["why"][:160]} for r in replans],
+                       "drift_replans": [{"t": r.t, "why": r.why[:160]} for r in replans],
                        "error": None if isinstance(final, dict) else str(final)}
     a, b = runs["slowed_mid_run"]["examples_per_sec"], runs["fresh_plan"]["examples_per_sec"]
     ratio = None if not a or not b else round(a / b, 3)
-    replanned = any(victim in r["why"] and r["t"] >= slow_at for r in runs["slowed_mid_run"]["drift_replans"])
+    replanned = any(victim in r.why and r.t >= slow_at for r in runs["slowed_mid_run"]["drift_replans"])
     return {"scenario": "d", "what": f"ASHL, {victim} slowed 3x at {slow_at:.0f} s: re-planned, throughput in the "
             f"last {budget - window:.0f} s against a fresh plan for the new speeds", **runs,
             "throughput_over_fresh_plan": ratio, "replanned_on_drift": replanned,
@@ -174,11 +166,11 @@ def _first(logdir, predicate, job, timeout_s):
     """The first chief record meeting predicate, waited for at most timeout_s (None if none)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and job.is_alive():
-        hits = [r for r in _records(logdir) if predicate(r)]
+        hits = [r for r in records.read(logdir) if predicate(r)]
         if hits:
             return hits[0]
         time.sleep(0.2)
-    return next((r for r in _records(logdir) if predicate(r)), None)
+    return next((r for r in records.read(logdir) if predicate(r)), None)
 
 
 def _planned_groups(cluster):
@@ -212,36 +204,36 @@ def _readmission_run(cluster, args, logdir, label, sync, groups, victim, budget_
                 out["error"] = repr(e)
         job = threading.Thread(target=train, daemon=True)
         job.start()
-        started = _first(logdir, lambda r: r["event"] == "eval" and r["global_steps"] >= 20
-                         and r["phase"] != "profiling", job, 240)
+        started = _first(logdir, lambda r: isinstance(r, records.Eval) and r.global_steps >= 20
+                         and r.phase != "profiling", job, 240)
         if started:
             os.kill(em.devices[victim].pid, signal.SIGKILL)
-            row["killed_at_s"] = started["t"]
-            lost = _first(logdir, lambda r: r["event"] == "lost" and r["group"] == group, job, 60)
+            row["killed_at_s"] = started.t
+            lost = _first(logdir, lambda r: isinstance(r, records.Lost) and r.group == group, job, 60)
             if lost and multi:
-                first = _first(logdir, lambda r: r["event"] == "readmitted" and r["group"] == group, job, 60)
-                row["replanned_over"] = first and first["devices"]
+                first = _first(logdir, lambda r: isinstance(r, records.Readmitted) and r.group == group, job, 60)
+                row["replanned_over"] = first and first.devices
             if lost:
                 em.restart_device(victim)
-                row["device_restarted_at_s"] = round(_records(logdir)[-1]["t"], 1)
+                row["device_restarted_at_s"] = round(records.read(logdir)[-1].t, 1)
         job.join(budget_s + 180)
-    recs = _records(logdir)
+    recs = records.read(logdir)
     final = out.get("final")
-    readmits = [r for r in recs if r["event"] == "readmitted" and r["group"] == group]
+    readmits = [r for r in recs if isinstance(r, records.Readmitted) and r.group == group]
     last = readmits[-1] if readmits else None
-    after = [r["group_examples_per_sec"][group] for r in recs if r["event"] == "eval" and last and r["t"] > last["t"]]
-    replans = [r["t"] for r in recs if r["event"] in ("replan", "phase") and "re-admitted" in r.get("why", "")]
-    row.update({"lost_at_s": next((r["t"] for r in recs if r["event"] == "lost"), None),
-                "restarts": [{"t": r["t"], "devices": r["devices"], "layout": r["layout"]}
-                             for r in recs if r["event"] == "restarted"],
-                "readmitted_at_s": [r["t"] for r in readmits], "readmitted_on": last and last["devices"],
+    after = [r.group_examples_per_sec[group] for r in recs if isinstance(r, records.Eval) and last and r.t > last.t]
+    replans = [r.t for r in recs if isinstance(r, (records.Replan, records.Phase)) and "re-admitted" in r.why]
+    row.update({"lost_at_s": next((r.t for r in recs if isinstance(r, records.Lost)), None),
+                "restarts": [{"t": r.t, "devices": r.devices, "layout": r.layout}
+                             for r in recs if isinstance(r, records.Restarted)],
+                "readmitted_at_s": [r.t for r in readmits], "readmitted_on": last and last.devices,
                 "ashl_replanned_at_s": replans or None,
                 "examples_per_sec_after_readmission": round(sum(after) / len(after), 1) if after else None,
                 "lost_groups_at_end": final and final["lost_groups"], "error": out.get("error")})
-    whole = bool(last) and sorted(last["devices"]) == sorted(
+    whole = bool(last) and sorted(last.devices) == sorted(
         cfg.names_of(next(g for g in groups if g.name == group).layout["devices"]))
     row["ok"] = bool(final) and final["lost_groups"] == [] and whole and bool(after) and max(after) > 0 and (
-        not multi or row.get("replanned_over") == [n for n in last["devices"] if n != victim]) and (
+        not multi or row.get("replanned_over") == [n for n in last.devices if n != victim]) and (
         sync.strategy != "ashl" or bool(replans))
     return row
 
@@ -293,7 +285,7 @@ def main():
         else:
             rows += scenario_e(cluster, args, work)
     out = {"cluster": args.cluster, "target_accuracy": args.target, "logdirs": work, "scenarios": rows,
-           "all_ok": all(r["ok"] for r in rows), "seconds": round(time.time() - t0, 1)}
+           "all_ok": all(r.ok for r in rows), "seconds": round(time.time() - t0, 1)}
     print(json.dumps(out, indent=1))
     return 0 if out["all_ok"] else 1
 

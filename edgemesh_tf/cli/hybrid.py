@@ -14,6 +14,7 @@ import sys
 
 from absl import flags
 
+from edgemesh_tf.engine import records
 from edgemesh_tf.engine.config import COMPRESSIONS, STRATEGIES, SyncConfig
 
 FLAGS = flags.FLAGS
@@ -77,41 +78,6 @@ def sync_config() -> SyncConfig:
                       replan_interval_s=FLAGS.replan_interval_s, drift=FLAGS.drift, drift_evals=FLAGS.drift_evals)
 
 
-def progress_line(rec: dict) -> str | None:
-    """One human-readable line per chief record (None for records not worth a line)."""
-    e = rec.get("event")
-    if e == "eval":
-        return ("[%7.1f s] %-9s steps %6d  acc %.4f  loss %.4f  %7.0f ex/s  sent %7.2f MB  ETA %5.0f s"
-                % (rec["t"], rec["phase"], rec["global_steps"], rec["accuracy"], rec["loss"],
-                   rec["examples_per_sec"], rec["bytes_sent"] / 1e6, rec["eta_s"]))
-    if e == "phase":
-        return "[%7.1f s] phase %s -> %s: %s" % (rec["t"], rec["from"], rec["to"], rec["why"])
-    if e == "replan":
-        return "[%7.1f s] re-plan (%s): %s" % (rec["t"], rec["phase"], rec["why"])
-    if e == "adsp":
-        return "[%7.1f s] ADSP: %d commits per period" % (rec["t"], rec["commits_per_period"])
-    if e == "resume":
-        return "resuming from %s: phase %s, %.1f s and %d steps done" % (
-            rec["checkpoint"], rec["phase"], rec["elapsed_s"], rec["global_steps"])
-    if e == "lost":
-        return "[%7.1f s] LOST group %s (devices %s): %s; training continues with %s" % (
-            rec["t"], rec["group"], ", ".join(rec["devices"]), rec["why"].splitlines()[0], ", ".join(rec["live"]))
-    if e in ("readmitted", "restarted", "restarting", "rejoin_stopped", "rejoin_failed"):
-        return "[%7.1f s] %s group %s (devices %s): %s" % (rec["t"], e.upper().replace("_", " "), rec["group"],
-                                                           ", ".join(rec["devices"]), rec["why"])
-    if e == "rejected":
-        return "[%7.1f s] %d update(s) rejected by the parameter server: %s" % (rec["t"], rec["rejected"], rec["why"])
-    if e == "testbed":
-        return "testbed: network %s, compute %s" % (rec["network"], rec["compute"])
-    return None
-
-
-def print_progress(rec: dict) -> None:
-    line = progress_line(rec)
-    if line:
-        print(line, flush=True)
-
-
 def run(model: str, layout_path: str, layout_given: bool) -> None:
     """Runs the job described by the flags; raises SystemExit with a clear message on bad input."""
     from edgemesh_tf.cli import cluster_from_flag
@@ -139,7 +105,7 @@ def run(model: str, layout_path: str, layout_given: bool) -> None:
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)
     try:
-        final = run_job(cfg, cluster, emulate=FLAGS.emulate, emit=print_progress)
+        final = run_job(cfg, cluster, emulate=FLAGS.emulate, emit=records.print_line)
     except (RuntimeError, TimeoutError) as e:  # PSLost, every group lost, a wait that timed out
         raise SystemExit("edgemesh train: %s" % e)
     print("done: %s; accuracy %.4f after %.1f s, %d steps, %.2f MB sent, %.1f s waiting; tensorboard --logdir %s/tb"

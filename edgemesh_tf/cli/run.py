@@ -16,6 +16,7 @@ import time
 from absl import flags
 
 from edgemesh_tf.cli import hybrid
+from edgemesh_tf.engine import records
 from edgemesh_tf.data import DATASET_NAMES
 from edgemesh_tf.models import MODEL_NAMES
 
@@ -73,17 +74,8 @@ def main(argv):
     except ValueError as e:
         raise SystemExit("edgemesh run: %s" % e)
 
-    def emit(rec):
-        if rec.get("event") == "testbed" and rec["network"] == "userspace":
-            print("no root: emulating the network in a user-space forwarder and compute speed by a per-step delay",
-                  flush=True)
-        if rec.get("event") == "planned":
-            print("profiled and planned in %.1f s (%s, %s):\n%s" % (rec["profile_s"], rec["profile"], rec["plan"],
-                                                                    rec["table"]), flush=True)
-        hybrid.print_progress(rec)
-
     try:
-        summary = run_main_job(job, emit=emit)
+        summary = run_main_job(job, emit=records.print_line)
     except (ValueError, OSError, RuntimeError, TimeoutError) as e:  # bad input, PSLost, every group lost
         raise SystemExit("edgemesh run: %s" % e)
     print(summary_text(summary), flush=True)

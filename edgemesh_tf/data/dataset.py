@@ -66,3 +66,18 @@ def _batch_stream(x, y, batch_size, rng):
         for b in range(per_epoch):
             idx = order[b * batch_size:(b + 1) * batch_size]
             yield x[idx], y[idx]
+
+
+def padded_batches(x: np.ndarray, y: np.ndarray, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """Every example once, in order, as (xb, yb, n): full batches of `batch_size` (a graph built for
+    one batch size can run them), the last padded by repeating its first example; n = the real
+    examples in the batch (the first n rows)."""
+    if len(y) != len(x):
+        raise ValueError(f"x has {len(x)} examples but y has {len(y)}")
+    for start in range(0, len(x), batch_size):
+        xb, yb = x[start:start + batch_size], y[start:start + batch_size]
+        n = len(xb)
+        if n < batch_size:
+            xb = np.concatenate([xb, xb[:1].repeat(batch_size - n, 0)])
+            yb = np.concatenate([yb, yb[:1].repeat(batch_size - n, 0)])
+        yield xb, yb, n

@@ -14,20 +14,11 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from edgemesh_tf.cluster.rpc import run_idempotent
-from edgemesh_tf.engine.rules import PHASES, GroupControl
+from edgemesh_tf.engine.rules import CUMULATIVE, GLOBAL_FIELDS, STAT_FIELDS, GroupControl  # noqa: F401 (re-exported)
+from edgemesh_tf.sync.schedule import PHASES
 from edgemesh_tf.mesh.compat import tf
 
 COLLECTION = "edgemesh_control_board"
-GLOBAL_FIELDS = ("phase", "stop", "heartbeat")
-# Totals since the group process started (s, bytes), except: loss = mean loss of its last round;
-# heartbeat = unix time of the report; profile_* = ASHL's profiling measurements (ms), profiled = 1
-# once they are in; round_s = wall time of its last round; done = 1 once it made max_rounds rounds;
-# joining = 1 while a restarted process waits for the chief to re-admit its group; incarnation =
-# unix time its process started (the totals of a new incarnation start again from zero).
-CUMULATIVE = ("steps", "examples", "commits", "compute_s", "pull_s", "push_s", "wait_s", "bytes_sent",
-              "bytes_received")
-STAT_FIELDS = CUMULATIVE + ("loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms", "profiled",
-                            "round_s", "done", "joining", "incarnation")
 
 
 class ControlBoard:
@@ -66,15 +57,25 @@ class ControlBoard:
     def stats_fetches(self) -> dict:
         return {n: self._reads[n] for n in self._reads if n.startswith("stats/")}
 
-    # -- decoding --
+    # -- decoding (every vector by its field names) --
 
     @staticmethod
-    def phase_of(values: Mapping) -> str:
-        return PHASES[int(round(values["control/global"][0]))]
+    def global_of(values: Mapping) -> dict[str, float]:
+        """{"phase": index, "stop": 0/1, "heartbeat": unix s (0 until the chief starts training)}."""
+        return dict(zip(GLOBAL_FIELDS, (float(x) for x in values["control/global"])))
 
-    @staticmethod
-    def stopped(values: Mapping) -> bool:
-        return bool(values["control/global"][1] > 0.5)
+    @classmethod
+    def phase_of(cls, values: Mapping) -> str:
+        return PHASES[int(round(cls.global_of(values)["phase"]))]
+
+    @classmethod
+    def stopped(cls, values: Mapping) -> bool:
+        return cls.global_of(values)["stop"] > 0.5
+
+    @classmethod
+    def heartbeat_of(cls, values: Mapping) -> float:
+        """The chief's last heartbeat (unix s); 0 before training starts."""
+        return cls.global_of(values)["heartbeat"]
 
     def controls_of(self, values: Mapping) -> dict[str, GroupControl]:
         return {g: GroupControl.from_vector(values["control/" + g]) for g in self.groups}
@@ -103,7 +104,8 @@ class ControlBoard:
         return {"stats/" + group: [float(stats.get(f, 0.0)) for f in STAT_FIELDS]}
 
     def write_global(self, sess, phase: str, stop: bool, heartbeat: float, timeout_s: float) -> None:
-        self.write(sess, {"control/global": [PHASES.index(phase), float(stop), heartbeat]}, timeout_s)
+        fields = {"phase": PHASES.index(phase), "stop": float(stop), "heartbeat": heartbeat}
+        self.write(sess, {"control/global": [fields[f] for f in GLOBAL_FIELDS]}, timeout_s)
 
     def write_controls(self, sess, controls: Mapping[str, GroupControl], timeout_s: float) -> None:
         self.write(sess, {"control/" + g: c.to_vector() for g, c in controls.items()}, timeout_s)

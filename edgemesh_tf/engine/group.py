@@ -21,7 +21,7 @@ import numpy as np
 from edgemesh_tf.data import batches, load_dataset
 from edgemesh_tf.engine import rules
 from edgemesh_tf.engine.config import JobConfig
-from edgemesh_tf.engine.control import CUMULATIVE
+from edgemesh_tf.engine.rules import CUMULATIVE
 from edgemesh_tf.engine.graph import ReplicaGraph, build_replica_graph
 from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
@@ -98,7 +98,7 @@ class GroupRunner:
                               timeout_s=self.cfg.ps_timeout_s,
                               what="group %s reading the control board on %s" % (self.name, self.cfg.ps_device))[0]
         self._pending = None
-        heartbeat = vals["control/global"][2]
+        heartbeat = self.g.board.heartbeat_of(vals)
         if heartbeat > 0 and time.time() - heartbeat > self.cfg.wait_timeout_s:
             raise ChiefLost("group %s: the chief's heartbeat on %s is %.0f s old (limit %.0f s); stopping"
                             % (self.name, self.cfg.ps_device, time.time() - heartbeat, self.cfg.wait_timeout_s))
@@ -202,9 +202,8 @@ class GroupRunner:
             self._run(sess, push, {g.ratio: ratio, g.scale: 0.0})
         self._run(sess, [g.train.init_op, g.local_init])  # momentum and error feedback start empty
 
-    @staticmethod
-    def _go(vals) -> bool:
-        return vals["control/global"][2] > 0
+    def _go(self, vals) -> bool:
+        return self.g.board.heartbeat_of(vals) > 0
 
     def _one_round(self, sess, vals):
         board = self.g.board

@@ -22,6 +22,7 @@ from typing import Callable
 
 from edgemesh_tf.cluster import procs
 from edgemesh_tf.cluster.spec import ClusterFile
+from edgemesh_tf.engine import records
 from edgemesh_tf.engine.chief import Chief
 from edgemesh_tf.engine.config import GroupSpec, JobConfig
 from edgemesh_tf.engine.rejoin import Rejoiner
@@ -191,15 +192,17 @@ def _stop_on_sigterm(chief: Chief):
 
 
 def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
-            emit: Callable[[dict], None] = lambda rec: None, up_kwargs: dict | None = None, testbed=None) -> dict:
-    """Runs the job to its stop condition; returns the chief's final record (plus group exit codes).
+            emit: Callable[[records.Record], None] = lambda rec: None, up_kwargs: dict | None = None,
+            testbed=None) -> dict:
+    """Runs the job to its stop condition; returns the chief's final record (`records.Final.to_dict()`,
+    with the group exit codes and the testbed). emit: every record of the job (records.py).
     testbed: an already running `EmulatedCluster` of `cluster` to use (and leave running)."""
     by_device = {d.device_string: d.name for d in cluster.devices}
     started_here = testbed is None
     reach = reach_servers(cluster, emulate, up_kwargs) if started_here else contextlib.nullcontext(_of_testbed(testbed))
     with reach as servers:
         if started_here:  # a caller that passed its testbed has said what it is
-            emit({"event": "testbed", **servers.summary})
+            emit(records.Testbed(**servers.summary))
         launch = {g.name: servers.launch[by_device[g.layout["devices"][0]]] for g in cfg.groups}
         groups = GroupProcesses(cfg, launch)
         rejoiner = Rejoiner(cfg, groups, servers.launch, servers.addresses)
@@ -210,9 +213,7 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
                 final = chief.run()
         finally:  # the chief already waited for them to leave; a group still running now is stuck (or the chief failed)
             codes = groups.stop(min(5.0, cfg.wait_timeout_s))
-        final["group_exit_codes"] = codes
-        final["testbed"] = servers.summary
-        return final
+        return dataclasses.replace(final, group_exit_codes=codes, testbed=servers.summary).to_dict()
 
 
 def job_config(cluster: ClusterFile, groups, **kwargs) -> JobConfig:

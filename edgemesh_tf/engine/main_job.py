@@ -1,6 +1,6 @@
 """The main job, end to end: testbed -> profile -> plan -> hybrid training -> summary.
 
-    summary = run_main_job(MainJob(cluster="layouts/edge4.yaml", logdir="runs/run-1"), emit=print)
+    summary = run_main_job(MainJob(cluster="layouts/edge4.yaml", logdir="runs/run-1"), emit=records.print_line)
 
 Starts the emulated testbed of the cluster file (or uses the real servers at its addresses),
 profiles every worker (`profile.run.profile_workers`), plans groups and filter division
@@ -20,6 +20,7 @@ from typing import Callable
 
 from edgemesh_tf.cluster.spec import load_cluster
 from edgemesh_tf.data import load_dataset
+from edgemesh_tf.engine import records
 from edgemesh_tf.engine.config import SyncConfig
 from edgemesh_tf.engine.job import groups_of_plan, job_config, reach_servers, run_job
 from edgemesh_tf.models import get_model
@@ -62,7 +63,7 @@ def _device_info(cluster, profile, result) -> dict:
     return info
 
 
-def run_main_job(job: MainJob, emit: Callable[[dict], None] = lambda rec: None) -> dict:
+def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda rec: None) -> dict:
     """Runs the job (see the module docstring); returns the summary."""
     cluster = load_cluster(job.cluster)
     data = load_dataset(job.dataset, job.data_path)
@@ -71,7 +72,7 @@ def run_main_job(job: MainJob, emit: Callable[[dict], None] = lambda rec: None) 
     t_start = time.monotonic()
     with reach_servers(cluster, job.emulate) as servers:
         testbed = servers.summary
-        emit({"event": "testbed", **testbed})
+        emit(records.Testbed(**testbed))
         t0 = time.monotonic()
         profile = profile_workers(cluster, spec, job.batch, servers.target, servers.pids)
         profile_path = os.path.join(job.logdir, "profile.json")
@@ -79,8 +80,8 @@ def run_main_job(job: MainJob, emit: Callable[[dict], None] = lambda rec: None) 
         result = plan(profile, spec, batch=job.batch)
         plan_path = os.path.join(job.logdir, "plan.yaml")
         write_plan(result, plan_path)
-        emit({"event": "planned", "profile_s": round(time.monotonic() - t0, 1), "profile": profile_path,
-              "plan": plan_path, "table": format_table(result)})
+        emit(records.Planned(profile_s=round(time.monotonic() - t0, 1), profile=profile_path, plan=plan_path,
+                             table=format_table(result)))
         groups = groups_of_plan(cluster, load_plan(plan_path), plan_path, job.batch)
         cfg = job_config(cluster, groups, model=job.model, dataset=job.dataset, data_path=job.data_path,
                          learning_rate=job.learning_rate, seed=job.seed, eval_interval_s=job.eval_interval_s,

@@ -17,8 +17,9 @@ import time
 from typing import Mapping
 
 from edgemesh_tf.cluster import probe
+from edgemesh_tf.engine import records
 from edgemesh_tf.engine.config import GroupSpec, JobConfig
-from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.mesh.layout import single_device_layout
 
 PROBE_S = 1.0
 ANSWER_TIMEOUT_S = 0.5
@@ -34,7 +35,7 @@ def replan_layout(cfg: JobConfig, group: GroupSpec, names: list[str]) -> tuple[d
         speed = lambda n: cfg.device_info.get(n, {}).get("speed", 1.0)
         best = max(names, key=lambda n: (speed(n), -names.index(n)))
         how = "whole model on %s" % best + ("" if len(names) == 1 else " (the fastest left; no profile to divide by)")
-        return Layout(mesh=(("model", 1),), devices=(by_name.get(best, best),)).to_dict(), how
+        return single_device_layout(by_name.get(best, best)).to_dict(), how
     from edgemesh_tf.data import load_dataset
     from edgemesh_tf.models import get_model
     from edgemesh_tf.planner.division import divide
@@ -68,15 +69,16 @@ class Rejoiner:
     def _answering(self, names) -> list[str]:
         return [n for n in names if n in self.addresses and probe.answers(self.addresses[n], ANSWER_TIMEOUT_S)]
 
-    def _once(self, group: str, rec: dict) -> list[dict]:
-        key = (group, rec["why"])
+    def _once(self, group: str, rec: records.GroupEvent) -> list[records.GroupEvent]:
+        key = (group, rec.why)
         if key in self._said:
             return []
         self._said.add(key)
         return [rec]
 
-    def tick(self, lost: Mapping[str, float]) -> list[dict]:
-        """lost: {group: monotonic time it was declared lost}. Returns records of what was done."""
+    def tick(self, lost: Mapping[str, float], t: float) -> list[records.GroupEvent]:
+        """lost: {group: monotonic time it was declared lost}; t: s of training now. Returns records
+        of what was done."""
         if self.cfg.rejoin_limit <= 0:
             return []
         now, out = time.monotonic(), []
@@ -85,22 +87,21 @@ class Rejoiner:
                 continue
             self._next_probe[g] = now + PROBE_S
             if g in lost:
-                out += self._rejoin(g, lost[g])
+                out += self._rejoin(g, lost[g], t)
             elif self.missing.get(g) and self.groups.running(g) and self._answering(self.missing[g]) == self.missing[g]:
                 self.groups.stop_one(g)  # the chief sees it leave; it comes back on all of its devices
-                out.append({"event": "restarting", "group": g, "devices": self._names(g),
-                            "why": "device(s) %s answer again: restarting group %s on all of its devices"
-                                   % (", ".join(self.missing.pop(g)), g)})
+                out.append(records.Restarting(t=t, group=g, devices=self._names(g), why=(
+                    "device(s) %s answer again: restarting group %s on all of its devices"
+                    % (", ".join(self.missing.pop(g)), g))))
         return out
 
-    def _rejoin(self, g: str, lost_at: float) -> list[dict]:
+    def _rejoin(self, g: str, lost_at: float, t: float) -> list[records.GroupEvent]:
         if self.groups.running(g) and self.groups.started[g] > lost_at:
             return []  # restarted since the loss: it is joining
         names = self._names(g)
         if self.groups.restarts[g] >= self.cfg.rejoin_limit:
-            return self._once(g, {"event": "rejoin_stopped", "group": g, "devices": names,
-                                  "why": "group %s was restarted %d times (rejoin_limit); it stays lost"
-                                         % (g, self.groups.restarts[g])})
+            return self._once(g, records.RejoinStopped(t=t, group=g, devices=names, why=(
+                "group %s was restarted %d times (rejoin_limit); it stays lost" % (g, self.groups.restarts[g]))))
         answering = self._answering(names)
         if not answering:
             return []
@@ -109,10 +110,10 @@ class Rejoiner:
             try:
                 layout, how = replan_layout(self.cfg, self.specs[g], answering)
             except ValueError as e:
-                return self._once(g, {"event": "rejoin_failed", "group": g, "devices": answering,
-                                      "why": "group %s cannot be re-planned over %s: %s" % (g, answering, e)})
+                return self._once(g, records.RejoinFailed(t=t, group=g, devices=answering, why=(
+                    "group %s cannot be re-planned over %s: %s" % (g, answering, e))))
         used = self.cfg.names_of((layout or self.specs[g].layout)["devices"])
         pid = self.groups.start(g, self.launch[used[0]], layout)
         self.missing[g] = [n for n in names if n not in used]
-        return [{"event": "restarted", "group": g, "devices": used, "pid": pid, "layout": how,
-                 "why": "device(s) %s answer: group %s restarted (%s)" % (", ".join(answering), g, how)}]
+        return [records.Restarted(t=t, group=g, devices=used, pid=pid, layout=how,
+                                  why="device(s) %s answer: group %s restarted (%s)" % (", ".join(answering), g, how))]

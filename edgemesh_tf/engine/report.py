@@ -20,10 +20,11 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from edgemesh_tf.engine import rules
+from edgemesh_tf.engine import records, rules
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.mesh.layout import layout_from_dict
 from edgemesh_tf.planner.model_stats import model_stats
+from edgemesh_tf.sync.schedule import PHASES
 from edgemesh_tf.summaries import layout_view
 from edgemesh_tf.summaries.writers import Writers
 
@@ -77,43 +78,39 @@ class JobReport:
         self._last_t = resumed_at
         self.layout(resumed_at)
 
-    def phase(self, rec: dict) -> None:
-        self.tb.text("total", "phase_switches", "**%s → %s** at %.1f s: %s" % (rec["from"], rec["to"], rec["t"],
-                                                                                rec["why"]), rec["t"])
-        self.tb.flush()
-
-    def replan(self, rec: dict) -> None:
-        """A re-plan with its reason and the old and new H, D, R per group, as a markdown table."""
-        rows = ["| group | H | D | R |", "|---|---|---|---|"]
-        for g, new in rec["new"].items():
-            old = rec["old"].get(g, {})
-            rows.append("| %s | %s | %s | %s |" % (g, *("%s → %s" % (old.get(k, "—"), new[k]) for k in ("H", "D", "R"))))
-        self.tb.text("total", "replans", "**re-plan** at %.1f s (%s): %s\n\n%s" % (
-            rec["t"], rec["phase"], rec["why"], "\n".join(rows)), rec["t"])
-        self.tb.flush()
-
-    def fault(self, rec: dict) -> None:
-        """A lost, restarted or re-admitted group, or rejected updates, as text at its time."""
-        if rec["event"] == "lost":
-            text = "**group %s lost** (devices %s) at %.1f s: %s" % (rec["group"], ", ".join(rec["devices"]), rec["t"],
-                                                                      rec["why"].splitlines()[0])
-        elif "group" in rec:
-            text = "**group %s %s** (devices %s) at %.1f s: %s" % (rec["group"], rec["event"].replace("_", " "),
-                                                                   ", ".join(rec["devices"]), rec["t"], rec["why"])
+    def record(self, rec: records.Record) -> None:
+        """A record's text in TensorBoard: phase switches, re-plans (old and new H, D, R per group as a
+        markdown table), lost, restarted or re-admitted groups and rejected updates, at their time."""
+        if isinstance(rec, records.Phase):
+            self.tb.text("total", "phase_switches", "**%s → %s** at %.1f s: %s" % (rec.old, rec.new, rec.t, rec.why),
+                         rec.t)
+        elif isinstance(rec, records.Replan):
+            rows = ["| group | H | D | R |", "|---|---|---|---|"]
+            for g, new in rec.new.items():
+                old = rec.old.get(g, {})
+                rows.append("| %s | %s | %s | %s |" % (g, *("%s → %s" % (old.get(k, "—"), new[k])
+                                                               for k in ("H", "D", "R"))))
+            self.tb.text("total", "replans", "**re-plan** at %.1f s (%s): %s\n\n%s" % (
+                rec.t, rec.phase, rec.why, "\n".join(rows)), rec.t)
+        elif isinstance(rec, records.Rejected):
+            self.tb.text("total", "faults", "**%d update(s) rejected** by the parameter server (not finite) by %.1f s"
+                         % (rec.rejected, rec.t), rec.t)
+        elif isinstance(rec, records.GroupEvent):
+            what = "lost" if isinstance(rec, records.Lost) else rec.KIND.replace("_", " ")
+            self.tb.text("total", "faults", "**group %s %s** (devices %s) at %.1f s: %s" % (
+                rec.group, what, ", ".join(rec.devices), rec.t, rec.why.splitlines()[0]), rec.t)
         else:
-            text = "**%d update(s) rejected** by the parameter server (not finite) by %.1f s" % (rec["rejected"], rec["t"])
-        self.tb.text("total", "faults", text, rec["t"])
+            return
         self.tb.flush()
 
-    def eval(self, now: float, accuracy: float, loss: float, phase: str, totals: Mapping[str, Mapping],
-             controls: Mapping[str, rules.GroupControl], rejected: int = 0) -> dict:
-        """Writes one evaluation's scalars; returns {"total": examples/s, "groups": {g: examples/s}}."""
+    def eval(self, rec: records.Eval, totals: Mapping[str, Mapping], controls: Mapping[str, rules.GroupControl]) -> None:
+        """Writes one evaluation's scalars: the record's, and per group and device from the totals and
+        controls of the tick it was measured at."""
+        now = rec.t
         dt = now - self._last_t
         rate = lambda g, k: (totals[g][k] - self._last.get(g, {}).get(k, 0.0)) / dt if dt > 0 else 0.0
-        group_rates = {}
         for g, t in totals.items():
-            group_rates[g] = rate(g, "examples")
-            self.tb.scalars(g, {"group/examples_per_sec": group_rates[g], "group/waiting_s": t["wait_s"],
+            self.tb.scalars(g, {"group/examples_per_sec": rec.group_examples_per_sec[g], "group/waiting_s": t["wait_s"],
                                 "group/bytes_sent": t["bytes_sent"], "group/bytes_received": t["bytes_received"],
                                 "group/compression_ratio": controls[g].ratio,
                                 "group/local_steps": controls[g].local_steps,
@@ -125,19 +122,16 @@ class JobReport:
                                      "device/waiting_s": t["wait_s"],
                                      "device/bytes_sent": t["bytes_sent"] if self.first[r.group] == r.name else 0.0},
                             now)
-        total = sum(group_rates.values())
-        self.tb.scalars("total", {"accuracy": accuracy, "loss": loss, "phase": rules.PHASES.index(phase),
-                                  "examples_per_sec": total,
+        self.tb.scalars("total", {"accuracy": rec.accuracy, "loss": rec.loss, "phase": PHASES.index(rec.phase),
+                                  "examples_per_sec": rec.examples_per_sec,
                                   "bytes_sent": sum(t["bytes_sent"] for t in totals.values()),
                                   "bytes_received": sum(t["bytes_received"] for t in totals.values()),
                                   "waiting_s": sum(t["wait_s"] for t in totals.values()),
-                                  "live_groups": sum(not c.lost for c in controls.values()),
-                                  "rejected_updates": rejected}, now)
+                                  "live_groups": rec.live_groups, "rejected_updates": rec.rejected}, now)
         self.tb.flush()
         self._last_t, self._last = now, {g: dict(t) for g, t in totals.items()}
-        return {"total": total, "groups": group_rates}
 
-    def end(self, final: dict, totals: Mapping[str, Mapping], train_s: float) -> dict:
+    def end(self, final: records.Final, totals: Mapping[str, Mapping], train_s: float) -> dict:
         """Per device and group figures of the whole run (added to the final record), the layout
         with measured step times, and the hparams record."""
         devices, groups, measured = {}, {}, {}
@@ -154,15 +148,15 @@ class JobReport:
                                "utilisation": t["compute_s"] / train_s if train_s > 0 else 0.0,
                                "examples_per_sec": groups[r.group]["examples_per_sec"]}
             measured[r.name] = {"step_ms": groups[r.group]["iteration_ms"]}
-        self.layout(final["t"], measured)
+        self.layout(final.t, measured)
         sync = self.cfg.sync
         self.tb.hparams("total", {"strategy": sync.strategy, "layout": "; ".join(
             "%s: %s" % (g, "+".join(self.cfg.device_names.get(d, d) for d in l.devices)) for g, l, _ in self.groups),
             "compression": sync.compression, "ratio": sync.ratio if sync.compression == "fixed" else 0.0,
             "error_feedback": sync.error_feedback, "groups": len(self.groups)},
-            {"hparams/final_accuracy": final["accuracy"],
-             "hparams/time_to_target_s": final["time_to_target_s"] if final["time_to_target_s"] is not None else -1.0,
-             "hparams/train_s": final["t"]}, final["t"])
+            {"hparams/final_accuracy": final.accuracy,
+             "hparams/time_to_target_s": final.time_to_target_s if final.time_to_target_s is not None else -1.0,
+             "hparams/train_s": final.t}, final.t)
         self.tb.close()
         return {"devices": devices, "group_time": groups}
 

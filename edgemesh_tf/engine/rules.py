@@ -22,9 +22,21 @@ from typing import Mapping, Sequence
 
 from edgemesh_tf.engine.config import SyncConfig
 from edgemesh_tf.sync import schedule
+from edgemesh_tf.sync.schedule import PHASES
 
-PHASES = ("profiling", "ahl", "shl", "train")  # "train": the single phase of non-ASHL strategies
 WAITS = ("none", "barrier", "staleness")
+
+# The control board's vectors (control.py encodes and decodes them by these names).
+GLOBAL_FIELDS = ("phase", "stop", "heartbeat")
+# Totals since the group process started (s, bytes), except: loss = mean loss of its last round;
+# heartbeat = unix time of the report; profile_* = ASHL's profiling measurements (ms), profiled = 1
+# once they are in; round_s = wall time of its last round; done = 1 once it made max_rounds rounds;
+# joining = 1 while a restarted process waits for the chief to re-admit its group; incarnation =
+# unix time its process started (the totals of a new incarnation start again from zero).
+CUMULATIVE = ("steps", "examples", "commits", "compute_s", "pull_s", "push_s", "wait_s", "bytes_sent",
+              "bytes_received")
+STAT_FIELDS = CUMULATIVE + ("loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms", "profiled",
+                            "round_s", "done", "joining", "incarnation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +63,8 @@ class GroupControl:
 
     @classmethod
     def from_vector(cls, v: Sequence[float]) -> "GroupControl":
-        return cls(local_steps=int(round(v[0])), ratio=float(v[1]), scale=float(v[2]), timer_s=float(v[3]),
-                   share=float(v[4]), lost=bool(v[5] > 0.5))
+        f = dict(zip(cls.FIELDS, (float(x) for x in v)))
+        return cls(**{**f, "local_steps": int(round(f["local_steps"])), "lost": f["lost"] > 0.5})
 
 
 @dataclasses.dataclass(frozen=True)

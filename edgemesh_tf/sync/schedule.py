@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-PHASES = ("profiling", "ahl", "shl")
+PHASES = ("profiling", "ahl", "shl", "train")  # "train": the single phase of the non-ASHL strategies
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,8 @@ class StalenessGate:
 
 
 class PhaseController:
-    """Training phases: ``profiling`` -> ``ahl`` (``start_ahl``) -> ``shl``.
+    """Training phases: ``profiling`` -> ``ahl`` (``start_ahl``) -> ``shl``; the other strategies
+    stay in their one phase ``train`` (``initial="train"``).
 
     In AHL, ``observe_loss`` switches to SHL once the global training loss is <= ``loss_threshold``
     for ``patience`` consecutive evaluations (a NaN or higher loss resets the count). Losses seen
@@ -207,17 +208,19 @@ class PhaseController:
     dict (JSON-compatible) for checkpoints.
     """
 
-    def __init__(self, loss_threshold: float, patience: int = 1, *, _now=time.time):
+    def __init__(self, loss_threshold: float, patience: int = 1, *, initial: str = "profiling", _now=time.time):
         if not (isinstance(loss_threshold, (int, float)) and math.isfinite(loss_threshold)):
             raise ValueError(f"loss_threshold must be a finite number, got {loss_threshold!r}")
         if not isinstance(patience, int) or isinstance(patience, bool) or patience < 1:
             raise ValueError(f"patience must be an int >= 1 evaluations, got {patience!r}")
         self.loss_threshold = float(loss_threshold)
         self.patience = patience
-        self.phase = "profiling"
+        if initial not in PHASES:
+            raise ValueError(f"initial phase must be one of {PHASES}, got {initial!r}")
+        self.phase = initial
         self.streak = 0
         self._now = _now
-        self.transitions: list[tuple[str, int, float]] = [("profiling", 0, float(_now()))]
+        self.transitions: list[tuple[str, int, float]] = [(initial, 0, float(_now()))]
 
     def _enter(self, phase: str, step: int, wall_time: float | None) -> None:
         self.phase = phase

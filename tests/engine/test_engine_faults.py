@@ -14,16 +14,19 @@ import pytest
 
 from edgemesh_tf.cluster import emulated_cluster
 from edgemesh_tf.cluster.spec import load_cluster
+from edgemesh_tf.engine import records
 from edgemesh_tf.engine.chief import PSLost
 from edgemesh_tf.engine.config import SyncConfig
 from edgemesh_tf.engine.job import default_groups, job_config, run_job
+from edgemesh_tf.engine.records import read
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLUSTER = os.path.join(ROOT, "layouts", "edge2.yaml")
 
 
-def _records(logdir, name="chief.jsonl"):
-    with open(os.path.join(logdir, name)) as f:
+def _rounds(logdir, group):
+    """A group's round log (<logdir>/groups/<group>.jsonl)."""
+    with open(os.path.join(logdir, "groups", group + ".jsonl")) as f:
         return [json.loads(line) for line in f if line.endswith("\n")]
 
 
@@ -34,7 +37,7 @@ def _kill_when(em, device, predicate):
     def emit(rec):
         if not killed and predicate(rec):
             os.kill(em.devices[device].pid, signal.SIGKILL)
-            killed["t"] = rec.get("t")
+            killed["t"] = getattr(rec, "t", None)
             killed["at"] = time.monotonic()
     return emit, killed
 
@@ -46,8 +49,8 @@ def _cfg(cluster, logdir, sync, **kw):
 
 
 @pytest.mark.parametrize("sync,when", [
-    (SyncConfig(strategy="bsp"), lambda r: r.get("event") == "eval" and r["global_steps"] >= 6),
-    (SyncConfig(strategy="ashl", shl_loss=1.5), lambda r: r.get("event") == "phase" and r["to"] == "shl"),
+    (SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.global_steps >= 6),
+    (SyncConfig(strategy="ashl", shl_loss=1.5), lambda r: isinstance(r, records.Phase) and r.new == "shl"),
 ], ids=["bsp", "shl"])
 def test_device_killed_is_declared_lost_and_the_other_group_trains_on(tmp_path, sync, when):
     cluster = load_cluster(CLUSTER)
@@ -61,14 +64,14 @@ def test_device_killed_is_declared_lost_and_the_other_group_trains_on(tmp_path, 
     assert final["lost_groups"] == ["slow"]
     assert final["why"].startswith("time budget")
     assert wall < 14.0 + 60, "the job took %.0f s" % wall
-    lost = [r for r in _records(logdir) if r["event"] == "lost"]
-    assert len(lost) == 1 and lost[0]["group"] == "slow" and lost[0]["devices"] == ["slow"]
-    assert lost[0]["live"] == ["fast"]
+    lost = read(logdir, records.Lost)
+    assert len(lost) == 1 and lost[0].group == "slow" and lost[0].devices == ["slow"]
+    assert lost[0].live == ["fast"]
     # the fast group kept committing after the loss (barrier / staleness gate stopped counting slow)
-    fast = _records(logdir, "groups/fast.jsonl")
-    evals = [r for r in _records(logdir) if r["event"] == "eval"]
-    after = [e for e in evals if e["t"] > lost[0]["t"]]
-    assert after and after[-1]["global_steps"] > max(e["global_steps"] for e in evals if e["t"] <= lost[0]["t"]) + 5
+    fast = _rounds(logdir, "fast")
+    evals = read(logdir, records.Eval)
+    after = [e for e in evals if e.t > lost[0].t]
+    assert after and after[-1].global_steps > max(e.global_steps for e in evals if e.t <= lost[0].t) + 5
     assert fast[-1]["round"] > 5
     assert final["group_exit_codes"]["fast"] == 0 and final["group_exit_codes"]["slow"] != 0
 
@@ -78,19 +81,19 @@ def test_ps_killed_stops_the_job_naming_the_ps_then_restart_resumes(tmp_path):
     logdir = str(tmp_path)
     sync = SyncConfig(strategy="asp")
     with emulated_cluster(cluster) as em:
-        emit, killed = _kill_when(em, "ps0", lambda r: r.get("event") == "checkpoint" and r["global_steps"] > 0)
+        emit, killed = _kill_when(em, "ps0", lambda r: isinstance(r, records.Checkpoint) and r.global_steps > 0)
         with pytest.raises(PSLost, match=r"/job:ps/task:0 \(ps0\)") as err:
             run_job(_cfg(cluster, logdir, sync, time_budget_s=60.0), cluster, testbed=em, emit=emit)
         stopped_after = time.monotonic() - killed["at"]
     assert stopped_after < 30, "the job stopped %.1f s after the ps was killed" % stopped_after
     assert "checkpoint" in str(err.value)
-    ckpts = [r for r in _records(logdir) if r["event"] == "checkpoint"]
+    ckpts = read(logdir, records.Checkpoint)
     with emulated_cluster(cluster) as em:
-        final = run_job(_cfg(cluster, logdir, sync, time_budget_s=ckpts[-1]["t"] + 3.0), cluster, testbed=em)
-    resume = [r for r in _records(logdir) if r["event"] == "resume"]
-    assert len(resume) == 1 and resume[0]["global_steps"] == ckpts[-1]["global_steps"]
-    assert resume[0]["elapsed_s"] == pytest.approx(ckpts[-1]["t"], abs=0.01)
-    assert final["global_steps"] > ckpts[-1]["global_steps"]
+        final = run_job(_cfg(cluster, logdir, sync, time_budget_s=ckpts[-1].t + 3.0), cluster, testbed=em)
+    resume = read(logdir, records.Resume)
+    assert len(resume) == 1 and resume[0].global_steps == ckpts[-1].global_steps
+    assert resume[0].elapsed_s == pytest.approx(ckpts[-1].t, abs=0.01)
+    assert final["global_steps"] > ckpts[-1].global_steps
 
 
 def test_sigterm_to_the_chief_saves_a_checkpoint_before_exit(tmp_path):
@@ -103,7 +106,7 @@ def test_sigterm_to_the_chief_saves_a_checkpoint_before_exit(tmp_path):
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
             path = os.path.join(logdir, "chief.jsonl")
-            if os.path.exists(path) and sum(r["event"] == "eval" for r in _records(logdir)) >= 3:
+            if os.path.exists(path) and len(read(logdir, records.Eval)) >= 3:
                 break
             time.sleep(0.2)
         assert proc.poll() is None, "training ended before the signal:\n" + proc.stdout.read()
@@ -113,9 +116,9 @@ def test_sigterm_to_the_chief_saves_a_checkpoint_before_exit(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    recs = _records(logdir)
-    final = [r for r in recs if r["event"] == "final"]
-    assert final and final[0]["why"].startswith("SIGTERM"), out[-2000:]
-    ckpt = [r for r in recs if r["event"] == "checkpoint"]
-    assert ckpt and ckpt[-1]["t"] == final[0]["t"] and os.path.exists(ckpt[-1]["path"] + ".npz")
-    assert final[0]["t"] < 60, "the checkpoint at SIGTERM is not the periodic one"
+    recs = read(logdir)
+    final = records.of_kind(recs, records.Final)
+    assert final and final[0].why.startswith("SIGTERM"), out[-2000:]
+    ckpt = records.of_kind(recs, records.Checkpoint)
+    assert ckpt and ckpt[-1].t == final[0].t and os.path.exists(ckpt[-1].path + ".npz")
+    assert final[0].t < 60, "the checkpoint at SIGTERM is not the periodic one"

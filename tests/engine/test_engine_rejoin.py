@@ -12,20 +12,14 @@ import pytest
 
 from edgemesh_tf.cluster import emulated_cluster
 from edgemesh_tf.cluster.spec import load_cluster
+from edgemesh_tf.engine import records
 from edgemesh_tf.engine.config import GroupSpec, SyncConfig
 from edgemesh_tf.engine.job import job_config, run_job
+from edgemesh_tf.engine.records import read
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLUSTER = os.path.join(ROOT, "layouts", "edge4.yaml")
 W = "/job:worker/task:%d"
-
-
-def _records(logdir, name="chief.jsonl"):
-    path = os.path.join(logdir, name)
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.endswith("\n")]
 
 
 def _group(name, a, b, split):
@@ -37,12 +31,12 @@ def _group(name, a, b, split):
 def _wait_for(logdir, predicate, what, timeout_s, job):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        hits = [r for r in _records(logdir) if predicate(r)]
+        hits = [r for r in read(logdir) if predicate(r)]
         if hits:
             return hits[0]
-        assert job.is_alive(), "the job ended while waiting for %s: %s %s" % (what, job.out, _records(logdir)[-3:])
+        assert job.is_alive(), "the job ended while waiting for %s: %s %s" % (what, job.out, read(logdir)[-3:])
         time.sleep(0.2)
-    pytest.fail("no %s within %.0f s; last records %s" % (what, timeout_s, _records(logdir)[-5:]))
+    pytest.fail("no %s within %.0f s; last records %s" % (what, timeout_s, read(logdir)[-5:]))
 
 
 def test_lost_device_group_is_replanned_then_readmitted_whole(tmp_path):
@@ -64,37 +58,37 @@ def test_lost_device_group_is_replanned_then_readmitted_whole(tmp_path):
         job = threading.Thread(target=train, daemon=True)
         job.out = out
         job.start()
-        _wait_for(logdir, lambda r: r["event"] == "eval" and r["global_steps"] >= 10, "10 steps", 120, job)
+        _wait_for(logdir, lambda r: isinstance(r, records.Eval) and r.global_steps >= 10, "10 steps", 120, job)
         os.kill(em.devices["edge1"].pid, signal.SIGKILL)
-        lost = _wait_for(logdir, lambda r: r["event"] == "lost", "the loss of edge0-edge1", 30, job)
-        restarted = _wait_for(logdir, lambda r: r["event"] == "restarted", "a restart on edge0", 30, job)
-        readmitted = _wait_for(logdir, lambda r: r["event"] == "readmitted", "the re-admission", 60, job)
+        lost = _wait_for(logdir, lambda r: isinstance(r, records.Lost), "the loss of edge0-edge1", 30, job)
+        restarted = _wait_for(logdir, lambda r: isinstance(r, records.Restarted), "a restart on edge0", 30, job)
+        readmitted = _wait_for(logdir, lambda r: isinstance(r, records.Readmitted), "the re-admission", 60, job)
         old_pid = em.devices["edge1"].pid
         em.restart_device("edge1")
         assert em.devices["edge1"].pid != old_pid
-        again = _wait_for(logdir, lambda r: r["event"] == "readmitted" and r["t"] > readmitted["t"],
+        again = _wait_for(logdir, lambda r: isinstance(r, records.Readmitted) and r.t > readmitted.t,
                           "the re-admission on both devices", 60, job)
         job.join(120)
         assert not job.is_alive(), "the job did not end"
     assert "final" in out, out
     final = out["final"]
-    recs = _records(logdir)
-    assert lost["group"] == "edge0-edge1" and lost["devices"] == ["edge0", "edge1"]
-    assert readmitted["devices"] == ["edge0"] and again["devices"] == ["edge0", "edge1"]
-    assert restarted["group"] == "edge0-edge1" and restarted["devices"] == ["edge0"], restarted
-    assert "whole model on edge0" in restarted["layout"]
+    recs = read(logdir)
+    assert lost.group == "edge0-edge1" and lost.devices == ["edge0", "edge1"]
+    assert readmitted.devices == ["edge0"] and again.devices == ["edge0", "edge1"]
+    assert restarted.group == "edge0-edge1" and restarted.devices == ["edge0"], restarted
+    assert "whole model on edge0" in restarted.layout
     with open(os.path.join(logdir, "groups", "edge0-edge1.layout.json")) as f:
         assert json.load(f)["devices"] == [W % 0]
-    restarting = [r for r in recs if r["event"] == "restarting"]
-    assert restarting and "edge1" in restarting[0]["why"], recs
-    whole = [r for r in recs if r["event"] == "restarted" and r["t"] > readmitted["t"]]
-    assert whole and whole[0]["devices"] == ["edge0", "edge1"] and whole[0]["layout"] == "its own layout"
+    restarting = records.of_kind(recs, records.Restarting)
+    assert restarting and "edge1" in restarting[0].why, recs
+    whole = [r for r in recs if isinstance(r, records.Restarted) and r.t > readmitted.t]
+    assert whole and whole[0].devices == ["edge0", "edge1"] and whole[0].layout == "its own layout"
     assert final["lost_groups"] == [] and final["why"].startswith("time budget")
     # the chief's totals carry over the restarts, and the group trained after each re-admission
-    evals = [r for r in recs if r["event"] == "eval"]
-    assert all(b["global_steps"] >= a["global_steps"] for a, b in zip(evals, evals[1:])), "totals went back"
-    rate = lambda e: e["group_examples_per_sec"]["edge0-edge1"]
-    assert any(rate(e) > 0 for e in evals if readmitted["t"] < e["t"] <= again["t"]), "no training on edge0 alone"
-    assert any(rate(e) > 0 for e in evals if e["t"] > again["t"]), "no training after coming back whole"
+    evals = records.of_kind(recs, records.Eval)
+    assert all(b.global_steps >= a.global_steps for a, b in zip(evals, evals[1:])), "totals went back"
+    rate = lambda e: e.group_examples_per_sec["edge0-edge1"]
+    assert any(rate(e) > 0 for e in evals if readmitted.t < e.t <= again.t), "no training on edge0 alone"
+    assert any(rate(e) > 0 for e in evals if e.t > again.t), "no training after coming back whole"
     assert final["groups"]["edge0-edge1"]["steps"] > sum(rate(e) > 0 for e in evals) > 0
     assert final["group_exit_codes"]["edge0-edge1"] == 0

@@ -3,7 +3,7 @@ answer is given (`probe.answers` replaced by the test's own set), group processe
 import pytest
 
 from edgemesh_tf.data import load_dataset
-from edgemesh_tf.engine import rejoin
+from edgemesh_tf.engine import records, rejoin
 from edgemesh_tf.engine.config import GroupSpec, JobConfig
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner.model_stats import model_stats
@@ -81,25 +81,25 @@ def test_rejoiner_restarts_lost_groups_on_what_answers(tmp_path, monkeypatch):
     launch = {n: (None, "grpc://" + n, 1.0) for n in "abc"}
     r = rejoin.Rejoiner(cfg, groups, launch, {n: n + ":1" for n in "abc"})
     groups.alive["abc"] = False  # its process died with device b
-    assert r.tick({"abc": 5.0}) == [] and groups.starts == []  # nothing answers yet
+    assert r.tick({"abc": 5.0}, 1.0) == [] and groups.starts == []  # nothing answers yet
     answering |= {"a:1", "c:1"}
-    [rec] = r.tick({"abc": 5.0})
-    assert rec["event"] == "restarted" and rec["devices"] == ["a", "c"] and "by the planner" in rec["layout"]
+    [rec] = r.tick({"abc": 5.0}, 1.0)
+    assert isinstance(rec, records.Restarted) and rec.devices == ["a", "c"] and "by the planner" in rec.layout
     g, target, layout = groups.starts[-1]
     assert g == "abc" and target == launch["a"] and len(layout["devices"]) == 2
-    assert r.tick({"abc": 5.0}) == []  # restarted since the loss: it is joining, left alone
+    assert r.tick({"abc": 5.0}, 1.0) == []  # restarted since the loss: it is joining, left alone
     # re-admitted (live) on a and c; b answers again -> the reduced client is stopped
     answering.add("b:1")
-    [rec] = r.tick({})
-    assert rec["event"] == "restarting" and "device(s) b answer again" in rec["why"] and groups.stops == ["abc"]
+    [rec] = r.tick({}, 1.0)
+    assert isinstance(rec, records.Restarting) and "device(s) b answer again" in rec.why and groups.stops == ["abc"]
     # the chief declares it lost as its process left: it comes back on all three, its own layout
-    [rec] = r.tick({"abc": 2e9})
-    assert rec["devices"] == ["a", "b", "c"] and rec["layout"] == "its own layout" and groups.starts[-1][2] is None
+    [rec] = r.tick({"abc": 2e9}, 1.0)
+    assert rec.devices == ["a", "b", "c"] and rec.layout == "its own layout" and groups.starts[-1][2] is None
     # the limit: after rejoin_limit restarts it stays lost, said once
     groups.alive["abc"] = False
-    [rec] = r.tick({"abc": 3e9})
-    assert rec["event"] == "rejoin_stopped" and "restarted 2 times" in rec["why"]
-    assert r.tick({"abc": 3e9}) == [] and len(groups.starts) == 2
+    [rec] = r.tick({"abc": 3e9}, 1.0)
+    assert isinstance(rec, records.RejoinStopped) and "restarted 2 times" in rec.why
+    assert r.tick({"abc": 3e9}, 1.0) == [] and len(groups.starts) == 2
 
 
 def test_rejoiner_reports_a_group_that_cannot_be_replanned(tmp_path, monkeypatch):
@@ -113,10 +113,10 @@ def test_rejoiner_reports_a_group_that_cannot_be_replanned(tmp_path, monkeypatch
     groups = FakeGroups(["abc", "solo"])
     groups.alive["abc"] = False
     r = rejoin.Rejoiner(cfg, groups, {n: (None, n, 1.0) for n in "abc"}, {n: n + ":1" for n in "abc"})
-    [rec] = r.tick({"abc": 1.0})
-    assert rec["event"] == "rejoin_failed" and "cannot be re-planned over ['b']" in rec["why"]
-    assert "memory_bytes" in rec["why"] and groups.starts == []
-    assert r.tick({"abc": 1.0}) == []  # said once
+    [rec] = r.tick({"abc": 1.0}, 1.0)
+    assert isinstance(rec, records.RejoinFailed) and "cannot be re-planned over ['b']" in rec.why
+    assert "memory_bytes" in rec.why and groups.starts == []
+    assert r.tick({"abc": 1.0}, 1.0) == []  # said once
     # rejoin_limit 0: never restarts
     off = rejoin.Rejoiner(_cfg(tmp_path, rejoin_limit=0), groups, {}, {})
-    assert off.tick({"abc": 1.0}) == []
+    assert off.tick({"abc": 1.0}, 1.0) == []

@@ -1,11 +1,13 @@
 """Killing the chief (SIGKILL, mid-run) and restarting it: the job resumes from the latest checkpoint
 with the same phase, and loses at most one checkpoint interval."""
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
+
+from edgemesh_tf.engine import records
+from edgemesh_tf.engine.records import read
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CKPT_S, EVAL_S = 1.5, 0.5
@@ -17,14 +19,6 @@ def _cmd(logdir, budget_s):
             "--checkpoint_interval_s", str(CKPT_S), "--eval_interval_s", str(EVAL_S), "--wait_timeout_s", "30"]
 
 
-def _records(logdir):
-    path = os.path.join(logdir, "chief.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.endswith("\n")]
-
-
 def test_chief_killed_mid_run_resumes_from_latest_checkpoint_with_its_phase(tmp_path):
     logdir = str(tmp_path / "run")
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -34,40 +28,40 @@ def test_chief_killed_mid_run_resumes_from_latest_checkpoint_with_its_phase(tmp_
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
-            ckpts = [r for r in _records(logdir) if r["event"] == "checkpoint"]
-            if len(ckpts) >= 3 and ckpts[-1]["phase"] == "shl":
+            ckpts = read(logdir, records.Checkpoint)
+            if len(ckpts) >= 3 and ckpts[-1].phase == "shl":
                 break
             if first.poll() is not None:
                 with open(os.path.join(logdir, "first.log")) as f:
                     raise AssertionError("the first run ended early: %s" % f.read()[-3000:])
             time.sleep(0.2)
         else:
-            raise AssertionError("no checkpoint in SHL within 240 s: %s" % _records(logdir)[-3:])
+            raise AssertionError("no checkpoint in SHL within 240 s: %s" % read(logdir)[-3:])
         time.sleep(1.0)  # mid-way to the next checkpoint
     finally:
         first.send_signal(signal.SIGKILL)  # the process we started, by its pid
         first.wait(30)
         log.close()
-    before = _records(logdir)
-    last_ckpt = [r for r in before if r["event"] == "checkpoint"][-1]
-    last_t = max(r["t"] for r in before if "t" in r)
-    assert last_t - last_ckpt["t"] <= CKPT_S + EVAL_S + 1.0  # at most one interval (plus one tick of slack) lost
+    before = read(logdir)
+    last_ckpt = records.of_kind(before, records.Checkpoint)[-1]
+    last_t = max(r.t for r in before if hasattr(r, "t"))
+    assert last_t - last_ckpt.t <= CKPT_S + EVAL_S + 1.0  # at most one interval (plus one tick of slack) lost
 
-    second = subprocess.run(_cmd(logdir, last_ckpt["t"] + 4.0), cwd=ROOT, env=env, capture_output=True, text=True,
+    second = subprocess.run(_cmd(logdir, last_ckpt.t + 4.0), cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=240)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-3000:]
-    after = _records(logdir)[len(before):]
+    after = read(logdir)[len(before):]
     resume = after[0]
-    assert resume["event"] == "resume"
-    assert resume["checkpoint"] == last_ckpt["path"]
-    assert resume["phase"] == last_ckpt["phase"] == "shl"
-    assert abs(resume["elapsed_s"] - last_ckpt["t"]) < 0.01
-    assert resume["global_steps"] == last_ckpt["global_steps"]
+    assert isinstance(resume, records.Resume)
+    assert resume.checkpoint == last_ckpt.path
+    assert resume.phase == last_ckpt.phase == "shl"
+    assert abs(resume.elapsed_s - last_ckpt.t) < 0.01
+    assert resume.global_steps == last_ckpt.global_steps
     # no re-profiling, no new AHL: the run continues in SHL and its clock continues from the checkpoint
-    assert not [r for r in after if r["event"] == "phase"]
-    evals = [r for r in after if r["event"] == "eval"]
-    assert evals and all(r["phase"] == "shl" and r["t"] >= last_ckpt["t"] for r in evals)
+    assert not records.of_kind(after, records.Phase)
+    evals = records.of_kind(after, records.Eval)
+    assert evals and all(r.phase == "shl" and r.t >= last_ckpt.t for r in evals)
     final = after[-1]
-    assert final["event"] == "final" and [p for p, _, _ in final["phase_transitions"]] == ["profiling", "ahl", "shl"]
-    assert final["global_steps"] > last_ckpt["global_steps"]
+    assert isinstance(final, records.Final) and [p for p, _, _ in final.phase_transitions] == ["profiling", "ahl", "shl"]
+    assert final.global_steps > last_ckpt.global_steps
     assert "resuming from" in second.stdout

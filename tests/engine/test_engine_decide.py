@@ -1,0 +1,215 @@
+"""The chief's decisions (engine/decide.py) driven with plain numbers: no TensorFlow, no processes."""
+import ast
+import dataclasses
+import os
+
+import pytest
+
+from edgemesh_tf.engine import decide, records
+from edgemesh_tf.engine.config import GroupSpec, JobConfig, SyncConfig
+from edgemesh_tf.engine.liveness import Liveness
+from edgemesh_tf.engine.rules import STAT_FIELDS
+from edgemesh_tf.mesh.layout import single_device_layout
+
+GROUPS = ("a", "b")
+
+
+def _cfg(**kw):
+    groups = tuple(GroupSpec(g, single_device_layout("/job:worker/task:%d" % i).to_dict(), 32)
+                   for i, g in enumerate(GROUPS))
+    return JobConfig(groups=groups, **kw)
+
+
+def _machine(**kw):
+    cfg = _cfg(**kw)
+    return decide.Decisions(cfg, dense_push_bytes=4000.0, liveness=Liveness(cfg))
+
+
+def _stats(**per_group):
+    """{group: a report with zeros except the given fields}; heartbeat 1 by default."""
+    out = {}
+    for g in GROUPS:
+        s = {f: 0.0 for f in STAT_FIELDS}
+        s.update(heartbeat=1.0, incarnation=1.0)
+        s.update(per_group.get(g, {}))
+        out[g] = s
+    return out
+
+
+def _counters(**kw):
+    c = {"rejected": 0, "version": 0, **{"commits/" + g: 0 for g in GROUPS}, **{"pulls/" + g: 0 for g in GROUPS}}
+    c.update(kw)
+    return c
+
+
+def _snap(now, stats=None, counters=None, clock=None, **kw):
+    return decide.Snapshot(now=now, clock=now if clock is None else clock, stats=stats or _stats(),
+                           counters=counters or _counters(), **kw)
+
+
+def _kinds(actions):
+    return [type(a).__name__ for a in actions]
+
+
+def test_decide_imports_no_tensorflow():
+    """The decision modules and everything of the package they import are pure Python."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    todo, seen, bad = ["edgemesh_tf.engine.decide", "edgemesh_tf.engine.liveness", "edgemesh_tf.engine.records"], set(), []
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        seen.add(mod)
+        path = os.path.join(root, *mod.split(".")) + ".py"
+        if not os.path.exists(path):
+            path = os.path.join(root, *mod.split("."), "__init__.py")
+        for node in ast.walk(ast.parse(open(path).read())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] + ["%s.%s" % (node.module, a.name) for a in node.names]
+                     if isinstance(node, ast.ImportFrom) and node.module else [])
+            for n in names:
+                if n.split(".")[0] in ("tensorflow", "mesh_tensorflow") or n == "edgemesh_tf.mesh.compat":
+                    bad.append((mod, n))
+                elif n.startswith("edgemesh_tf") and (os.path.exists(os.path.join(root, *n.split(".")) + ".py")
+                                                      or os.path.isdir(os.path.join(root, *n.split(".")))):
+                    todo.append(n)
+    assert "edgemesh_tf.engine.rules" in seen and "edgemesh_tf.sync.schedule" in seen
+    assert not bad, "TensorFlow imported by the decision modules: %s" % bad
+
+
+def test_bsp_evaluations_rates_and_target_stop():
+    m = _machine(sync=SyncConfig(strategy="bsp"), target_accuracy=0.9)
+    m.begin()
+    assert m.phase == "train"
+    assert _kinds(m.step(_snap(0.1))) == []
+    stats = _stats(a={"examples": 320, "steps": 10}, b={"examples": 160, "steps": 5})
+    acts = m.step(_snap(2.0, stats, evals=[(1.5, 0.5, 1.0)]))
+    (ev,) = [a for a in acts if isinstance(a, decide.Evaluated)]
+    # the evaluation at 1.5 s carries the counters of the last tick before it (0.1 s: nothing done yet)
+    assert ev.record.global_steps == 0 and ev.record.examples_per_sec == 0.0
+    acts = m.step(_snap(3.0, stats, evals=[(2.5, 0.95, 0.3)]))
+    ev = [a for a in acts if isinstance(a, decide.Evaluated)][0].record
+    assert ev.global_steps == 15 and ev.group_examples_per_sec == {"a": 320.0, "b": 160.0}
+    assert ev.accuracy == 0.95 and isinstance(acts[-1], decide.Stop) and "target accuracy" in acts[-1].why
+    assert m.reached == 2.5
+
+
+def test_time_budget_checkpoint_and_stop_request():
+    m = _machine(sync=SyncConfig(strategy="asp"), time_budget_s=5.0, checkpoint_interval_s=2.0)
+    m.begin()
+    assert _kinds(m.step(_snap(1.0))) == []
+    assert _kinds(m.step(_snap(2.1))) == ["SaveCheckpoint"]
+    assert _kinds(m.step(_snap(3.0))) == []
+    assert m.step(_snap(3.5, stop_request="SIGTERM"))[-1] == decide.Stop("SIGTERM")
+    acts = m.step(_snap(5.0))
+    assert _kinds(acts) == ["Stop"] and "time budget" in acts[0].why  # no checkpoint at the stop: the chief saves one
+
+
+def test_ashl_profiling_ahl_then_shl():
+    m = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
+    m.begin()
+    assert m.phase == "profiling" and all(c.local_steps == 8 for c in m.controls.values())
+    half = _stats(a={"profiled": 1, "profile_iter_ms": 10, "profile_pull_ms": 5, "profile_push_ms": 5})
+    assert _kinds(m.step(_snap(0.5, half))) == []  # b has not profiled yet
+    both = _stats(a={"profiled": 1, "profile_iter_ms": 10, "profile_pull_ms": 5, "profile_push_ms": 5},
+                  b={"profiled": 1, "profile_iter_ms": 40, "profile_pull_ms": 5, "profile_push_ms": 5})
+    acts = m.step(_snap(1.0, both))
+    assert _kinds(acts) == ["WriteControls", "WriteGlobal", "Phase"] and m.phase == "ahl"
+    assert (acts[-1].old, acts[-1].new) == ("profiling", "ahl")
+    h = {g: c.local_steps for g, c in m.controls.items()}
+    assert h["b"] == 8 and h["a"] > h["b"]  # the faster group runs more local iterations per commit
+    assert m.controls["a"].share > m.controls["b"].share
+    acts = m.step(_snap(2.0, both, evals=[(1.5, 0.5, 0.4)]))
+    assert _kinds(acts) == ["Evaluated", "ResetCounters", "WriteControls", "WriteGlobal", "Phase"]
+    assert acts[-1].new == "shl" and m.phase == "shl" and "training loss 0.4000 <= 0.5000" in acts[-1].why
+    assert [p for p, _, _ in m.phases.transitions] == ["profiling", "ahl", "shl"]
+
+
+def test_silent_group_lost_then_readmitted():
+    m = _machine(sync=SyncConfig(strategy="bsp"), lost_after_s=2.0)
+    m.begin()
+    m.step(_snap(0.1, _stats(a={"heartbeat": 1.0}, b={"heartbeat": 1.0})))
+    acts = m.step(_snap(1.0, _stats(a={"heartbeat": 2.0}, b={"heartbeat": 1.0})))
+    assert _kinds(acts) == []
+    acts = m.step(_snap(2.5, _stats(a={"heartbeat": 3.0}, b={"heartbeat": 1.0})))
+    assert _kinds(acts) == ["ProbePs", "WriteControls", "Lost"]
+    lost = acts[-1]
+    assert lost.group == "b" and lost.live == ["a"] and "no report for 2.4 s" in lost.why
+    assert m.controls["b"].lost and m.controls["a"].share == 1.0
+    assert m.liveness.lost_at() == {"b": 2.5}
+    # a new process of b reports that it is joining: it gets the live groups' commit count
+    acts = m.step(_snap(4.0, _stats(a={"heartbeat": 4.0}, b={"heartbeat": 9.0, "joining": 1, "incarnation": 2.0}),
+                        _counters(**{"commits/a": 7, "commits/b": 2})))
+    assert _kinds(acts) == ["SetCounters", "Readmitted", "WriteControls"]
+    assert acts[0] == decide.SetCounters("b", 7) and "after 1.5 s lost" in acts[1].why
+    assert not m.controls["b"].lost and m.liveness.lost_at() == {}
+
+
+def test_exited_group_lost_and_every_group_lost_raises():
+    m = _machine(sync=SyncConfig(strategy="asp"))
+    m.begin()
+    acts = m.step(_snap(0.5, exited={"a": "exit code 1"}))
+    assert _kinds(acts) == ["ProbePs", "WriteControls", "Lost"] and acts[-1].why == "exit code 1"
+    with pytest.raises(RuntimeError, match="every group is lost"):
+        m.step(_snap(0.6, exited={"a": "exit code 1", "b": "exit code 1"}))
+
+
+def test_totals_carry_over_a_restarted_process():
+    m = _machine(sync=SyncConfig(strategy="asp"))
+    m.totals(_stats(a={"steps": 10, "incarnation": 1.0}))
+    t = m.totals(_stats(a={"steps": 3, "incarnation": 2.0}))
+    assert t["a"]["steps"] == 13 and t["b"]["steps"] == 0
+
+
+def test_rejected_updates_recorded_once():
+    m = _machine(sync=SyncConfig(strategy="asp"))
+    m.begin()
+    assert _kinds(m.step(_snap(0.5, counters=_counters(rejected=2)))) == ["Rejected"]
+    assert _kinds(m.step(_snap(0.6, counters=_counters(rejected=2)))) == []
+
+
+def test_state_round_trip_resumes_phase_controls_and_counts():
+    m = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
+    m.begin()
+    both = _stats(a={"profiled": 1, "profile_iter_ms": 10, "profile_pull_ms": 5, "profile_push_ms": 5, "steps": 8},
+                  b={"profiled": 1, "profile_iter_ms": 40, "profile_pull_ms": 5, "profile_push_ms": 5, "steps": 8})
+    m.step(_snap(1.0, both, evals=[(0.9, 0.3, 2.0)]))
+    state = m.state(m.totals(both), 1.2)
+    fresh = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
+    rec = fresh.restore(state, "ckpt-1", clock=0.0)
+    assert isinstance(rec, records.Resume) and rec.phase == "ahl" and rec.global_steps == 16
+    assert fresh.controls == m.controls and fresh.elapsed_before == 1.2 and fresh.history == [(0.9, 0.3, 2.0)]
+    # a resumed process starts its totals from zero: the checkpoint's totals are kept as offsets
+    assert fresh.totals(_stats(a={"steps": 1, "incarnation": 5.0}))["a"]["steps"] == 9
+
+
+def test_adsp_search_changes_the_timer():
+    m = _machine(sync=SyncConfig(strategy="adsp", shl_loss=0.2, adsp_period_s=6.0, adsp_commits=6))
+    m.begin()
+    assert all(abs(c.timer_s - 1.0) < 1e-9 for c in m.controls.values())
+    out = []
+    for i in range(12):
+        t = 0.5 * (i + 1)
+        out += m.step(_snap(t + 0.05, evals=[(t, 0.5, 1.0 / (0.5 * t + 1) + 0.1)]))
+    adsp = [a for a in out if isinstance(a, records.Adsp)]
+    assert adsp and m.search.count == adsp[-1].commits_per_period
+    assert all(abs(c.timer_s - 6.0 / m.search.count) < 1e-9 for c in m.controls.values())
+
+
+def test_records_round_trip_through_json(tmp_path):
+    emitted = []
+    em = records.Emitter(emitted.append).open(str(tmp_path))
+    recs = [records.Lost(t=1.0, group="a", devices=["edge0"], why="gone", live=["b"]),
+            records.Eval(t=2.0, phase="train", accuracy=0.5, loss=1.0, global_steps=3, examples_per_sec=4.0,
+                         group_examples_per_sec={"a": 4.0}, bytes_sent=5, eta_s=6.0, live_groups=1, rejected=0,
+                         version=7)]
+    for r in recs:
+        em(r)
+    em.close()
+    assert emitted == recs
+    assert records.read(str(tmp_path)) == recs
+    assert records.read(str(tmp_path), records.Lost) == recs[:1]
+    assert "LOST group a" in recs[0].line()
+    with pytest.raises(ValueError, match="unknown record kind"):
+        records.from_dict({records.KEY: "nope"})
+    assert dataclasses.asdict(recs[1])["version"] == 7
