@@ -20,10 +20,9 @@ import numpy as np
 
 from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.data import load_dataset
-from edgemesh_tf.data.dataset import padded_batches
 from edgemesh_tf.engine import checkpoint, decide, records
 from edgemesh_tf.engine.config import JobConfig
-from edgemesh_tf.engine.evaluator import Evaluator
+from edgemesh_tf.engine.evaluator import Evaluator, evaluate
 from edgemesh_tf.engine.graph import build_replica_graph
 from edgemesh_tf.engine.liveness import Liveness
 from edgemesh_tf.engine.report import JobReport
@@ -37,9 +36,9 @@ EVAL_BATCH = 120
 LOSS_SUBSET = 512
 
 
-def _close_quietly(sess) -> None:
+def _quietly(call) -> None:
     try:
-        sess.close()
+        call()
     except tf.errors.OpError:  # the ps (or the master) is gone: nothing left to release there
         pass
 
@@ -74,18 +73,15 @@ class Chief:
         self.report = JobReport(cfg, spec)
         self.emit = records.Emitter(emit).open(cfg.logdir, self.report.record)
         self.machine = decide.Decisions(cfg, self.g.ps.dense_push_bytes, Liveness(cfg))
+        t = cfg.ps_timeout_s
         self._actions = {decide.ProbePs: lambda s, a: self._probe_ps(s),
-                         decide.WriteControls: lambda s, a: self.g.board.write_controls(s, a.controls, self._timeout),
+                         decide.WriteControls: lambda s, a: self.g.board.write_controls(s, a.controls, t),
                          decide.WriteGlobal: lambda s, a: self._write_global(s),
-                         decide.ResetCounters: lambda s, a: self.g.ps.reset_counters(s, self._timeout),
-                         decide.SetCounters: lambda s, a: self.g.ps.set_counters(s, a.group, a.commits, a.commits,
-                                                                                 self._timeout),
+                         decide.ResetCounters: lambda s, a: self.g.ps.reset_counters(s, t),
+                         # at a round's start a group has pulled as often as it committed
+                         decide.SetCounters: lambda s, a: self.g.ps.set_counters(s, a.group, a.commits, a.commits, t),
                          decide.Evaluated: lambda s, a: self._evaluated(a),
                          decide.SaveCheckpoint: lambda s, a: self._save(s, a.totals)}
-
-    @property
-    def _timeout(self) -> float:
-        return self.cfg.ps_timeout_s
 
     def request_stop(self, why: str) -> None:
         self.stop_request = why
@@ -100,7 +96,7 @@ class Chief:
         fails, a probe of the ps tells whether the parameter server is gone (PSLost names it)."""
         what = "chief, on the ps %s / chief %s" % (self.cfg.ps_device, self.cfg.chief_device)
         try:
-            return run_idempotent(sess, fetches, feeds, timeout_s=self._timeout, what=what)
+            return run_idempotent(sess, fetches, feeds, timeout_s=self.cfg.ps_timeout_s, what=what)
         except (TimeoutError, tf.errors.OpError) as e:
             self._probe_ps(sess, getattr(e, "message", None) or str(e))
             raise
@@ -114,12 +110,12 @@ class Chief:
             name = self.cfg.device_names.get(self.cfg.ps_device)
             raise PSLost("the parameter server %s did not answer for %.0f s; stopping the job (restart it to "
                          "resume from the latest checkpoint in %s). Last error: %s"
-                         % (self.cfg.ps_device + (" (%s)" % name if name else ""), self._timeout, self.ckpt_dir,
+                         % (self.cfg.ps_device + (" (%s)" % name if name else ""), self.cfg.ps_timeout_s, self.ckpt_dir,
                             last.splitlines()[0])) from None
 
     def _write_global(self, sess, stop=False, heartbeat=None):
         self.g.board.write_global(sess, self.machine.phase, stop, time.time() if heartbeat is None else heartbeat,
-                                  self._timeout)
+                                  self.cfg.ps_timeout_s)
 
     def _read(self, sess) -> tuple[dict, dict]:
         """(the groups' reports, the ps counters)."""
@@ -135,18 +131,11 @@ class Chief:
 
     def _evaluate(self, sess) -> tuple[float, float]:
         """(held-out accuracy, mean training loss on the fixed subset) of the global model."""
-        t = self.g.train
         with self._replica:
             self._run(sess, self.g.pull)
-            self._run(sess, t.copy_masters_to_slices)
-            correct, losses = 0, []
-            for xb, yb, n in padded_batches(self.data.test_x, self.data.test_y, EVAL_BATCH):
-                logits = self._run(sess, t.logits, {t.images: xb, t.labels: yb})
-                correct += int(np.sum(np.argmax(logits[:n], 1) == yb[:n]))
-            for xb, yb, n in padded_batches(self.loss_x, self.loss_y, EVAL_BATCH):
-                if n == EVAL_BATCH:  # a padded batch's mean loss counts its repeats
-                    losses.append(float(self._run(sess, t.loss, {t.images: xb, t.labels: yb})))
-        return correct / len(self.data.test_x), float(np.mean(losses))
+            self._run(sess, self.g.train.copy_masters_to_slices)
+            return evaluate(lambda f, feeds: self._run(sess, f, feeds), self.g.train, self.data.test_x,
+                            self.data.test_y, self.loss_x, self.loss_y, EVAL_BATCH)
 
     def _evaluated(self, action: decide.Evaluated) -> None:
         self.report.eval(action.record, action.totals, action.controls)
@@ -185,8 +174,8 @@ class Chief:
                 raise
         except PSLost as e:
             self.emit(records.PsLost(t=round(self.elapsed(), 3) if self.t0 else 0.0, error=str(e)))
-            # closing a session whose ps is gone blocks for 30 s: let that finish in the background
-            close = threading.Thread(target=_close_quietly, args=(sess,), daemon=True).start
+            # closing a session whose ps is gone blocks for 30 s (and may raise): leave that to a thread
+            close = threading.Thread(target=lambda: _quietly(sess.close), daemon=True).start
             raise
         finally:
             close()
@@ -256,4 +245,4 @@ class Chief:
                         self.machine.liveness.restarted(rec.group, rec.devices)
                     self.emit(rec)
         finally:
-            evaluator.stop(self._timeout)
+            evaluator.stop(self.cfg.ps_timeout_s)

@@ -10,6 +10,10 @@ import queue
 import threading
 from typing import Callable
 
+import numpy as np
+
+from edgemesh_tf.data.dataset import padded_batches
+
 
 class Evaluator:
     """Calls evaluate() -> (accuracy, loss) every interval_s (measured from the start of the last
@@ -53,3 +57,18 @@ class Evaluator:
         self._stop.set()
         self._thread.join(timeout_s)
         return not self._thread.is_alive()
+
+
+def evaluate(run: Callable, train, test_x, test_y, loss_x, loss_y, batch: int) -> tuple[float, float]:
+    """(accuracy on test_x/test_y, mean loss on loss_x/loss_y) of a replica built for `batch` examples
+    (a `TrainGraph`: images, labels, logits, loss); run(fetches, feeds) runs its session. A padded
+    last batch counts its real examples for the accuracy and is left out of the loss (its mean
+    would count the repeats)."""
+    correct, losses = 0, []
+    for xb, yb, n in padded_batches(test_x, test_y, batch):
+        logits = run(train.logits, {train.images: xb, train.labels: yb})
+        correct += int(np.sum(np.argmax(logits[:n], 1) == yb[:n]))
+    for xb, yb, n in padded_batches(loss_x, loss_y, batch):
+        if n == batch:
+            losses.append(float(run(train.loss, {train.images: xb, train.labels: yb})))
+    return correct / len(test_x), float(np.mean(losses))

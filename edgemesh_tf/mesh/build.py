@@ -33,7 +33,7 @@ def session_config(num_devices: int, intra_op_threads: int = 1) -> tf.ConfigProt
     """In-process CPU devices ``CPU:0..num_devices-1``.
 
     inter-op threads >= devices + 1: with fewer, collectives between in-process devices can stall
-    on a 2-core machine (DESIGN.md).
+    on a 2-core machine (docs/DESIGN.md).
     """
     return tf.ConfigProto(device_count={"CPU": max(1, num_devices)},
                           inter_op_parallelism_threads=max(2, num_devices + 1),

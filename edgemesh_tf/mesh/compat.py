@@ -1,6 +1,6 @@
 """The only module that imports ``mesh_tensorflow``: makes 0.1.21 work on TensorFlow 2.21.
 
-Two import-time breakages are patched before the import (see DESIGN.md, "Measured facts"):
+Two import-time breakages are patched before the import (see docs/DESIGN.md, "Measured facts"):
 
 * ``tensorflow.compat.v1.estimator`` is gone in TF >= 2.16; mtf only subclasses two hook
   base classes from it, which still exist in ``tf.compat.v1.train``.

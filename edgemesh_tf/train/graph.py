@@ -4,7 +4,7 @@ The update is applied in TF on the lowered slices (one assign per slice, on the 
 and each assign depends on every read of its variable in the step. mtf's own training step leaves
 the gradient computation's variable reads (the backward pass reads kernels again) unordered against
 the optimizer's assigns, which gave wrong first-layer updates in 4 of 30 runs on TF 2.21
-(DESIGN.md). Ordering each assign after the reads of its own variable, rather than after every
+(docs/DESIGN.md). Ordering each assign after the reads of its own variable, rather than after every
 gradient, keeps devices that share no collective (replicated layers) from waiting for each other.
 Momentum buffers are mtf variables laid out like their weights, so checkpoints hold whole
 (master) tensors and can be restored under any other layout.

@@ -32,7 +32,7 @@ def test_gradients_agree_between_layouts(runs):
 
 def test_matches_plain_tensorflow(runs, vgg_digits):
     """Resource variables on: the mtf model's gradients equal plain TF's within 1e-6 (with ref
-    variables mtf's backward pass could read already-updated weights, see DESIGN.md)."""
+    variables mtf's backward pass could read already-updated weights, see docs/DESIGN.md)."""
     from edgemesh_tf.mesh.compat import tf
     assert tf.resource_variables_enabled()
     results, batches = runs

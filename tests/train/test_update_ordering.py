@@ -1,6 +1,6 @@
 """The training step's reads of a variable happen before its update, in every run.
 
-mtf's own step leaves them unordered (DESIGN.md: 4 of 30 runs gave wrong first-layer updates on
+mtf's own step leaves them unordered (docs/DESIGN.md: 4 of 30 runs gave wrong first-layer updates on
 TF 2.21). Fresh graphs and sessions, repeated: each run's weights after two steps must equal plain
 TF's (MomentumOptimizer) within 1e-6.
 """
