@@ -1,4 +1,5 @@
-"""`edgemesh train --cluster FILE --sync STRATEGY`: hybrid training with a parameter server.
+"""`edgemesh train --cluster FILE --sync STRATEGY`: hybrid training with a parameter server; and the
+flags of hybrid jobs, generated from the configuration's fields (engine/config.py).
 
     edgemesh train --cluster layouts/edge4.yaml --sync ashl --target_accuracy 0.97 --time_budget_s 120
 
@@ -6,106 +7,149 @@ Every data-parallel group of `--layout` (a plan file; default: one group per wor
 replica in its own client process; the chief (this process) evaluates, switches phases, saves
 checkpoints to `<logdir>/checkpoints` (and resumes from them), writes TensorBoard logs to
 `<logdir>/tb` and prints progress. The last line is the final record as JSON.
+
+`define_flags(command)` defines one flag per field of `SyncConfig` and `JobSettings` (and, for
+`edgemesh run`, of `MainJob`): the field's name (or its `flag=`), type, default (the field's, or
+`config.COMMAND_DEFAULTS[command]`'s), help text and choices. `settings_from_flags(command)` reads
+them back into a `JobSettings`; `config_from_flags()` builds the whole `edgemesh train` job and
+`main_job_from_flags()` the `edgemesh run` one, without starting anything.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+import typing
 
 from absl import flags
 
 from edgemesh_tf.engine import records
-from edgemesh_tf.engine.config import COMPRESSIONS, STRATEGIES, SyncConfig
+from edgemesh_tf.engine.config import COMMAND_DEFAULTS, NOT_FLAGS, FieldError, JobConfig, JobSettings, SyncConfig
 
 FLAGS = flags.FLAGS
-_D = SyncConfig()
+_FLAG_OF: dict[tuple[type, str], str] = {}  # (dataclass, field) -> the flag defined for it
 
 
-def define_flags(sync=None, logdir="runs/hybrid", time_budget_s=300.0, target_accuracy=None,
-                 sync_help="With --cluster: hybrid training with this synchronisation strategy over a parameter "
-                           "server (without it, --cluster trains one layout on the servers).",
-                 profile_flag=True) -> None:
-    """The flags of hybrid training (shared by `edgemesh train` and `edgemesh run`)."""
-    flags.DEFINE_enum("sync", sync, list(STRATEGIES), sync_help)
-    flags.DEFINE_integer("staleness", _D.staleness, "SSP's and SHL's bound: commits a group may run ahead.", lower_bound=0)
-    flags.DEFINE_integer("local_steps", _D.local_steps, "Local SGD: local iterations between averagings.", lower_bound=1)
-    flags.DEFINE_integer("ahl_h_preset", _D.ahl_h_preset, "ASHL: slowest group's iterations per commit in AHL.",
-                         lower_bound=1)
-    flags.DEFINE_integer("shl_h_preset", _D.shl_h_preset, "ASHL: slowest group's iterations per commit in SHL.",
-                         lower_bound=1)
-    flags.DEFINE_float("shl_loss", _D.shl_loss, "ASHL: switch AHL -> SHL at this global training loss; ADSP: the "
-                       "target loss of its commit-rate search.")
-    flags.DEFINE_integer("profile_steps", _D.profile_steps, "ASHL: iterations of the profiling round.", lower_bound=1)
-    flags.DEFINE_float("adsp_period_s", _D.adsp_period_s, "ADSP: scheduling period (s).", lower_bound=0.01)
-    flags.DEFINE_integer("adsp_commits", _D.adsp_commits, "ADSP: initial commits per period.", lower_bound=1)
-    flags.DEFINE_enum("compression", None, list(COMPRESSIONS), "Top-k of pushes: none, fixed (--compression_ratio) "
-                      "or ashl (per-link ratio). Default: ashl for --sync ashl, else none.")
-    flags.DEFINE_float("compression_ratio", _D.ratio, "Fixed top-k ratio (fraction of entries).")
-    flags.DEFINE_float("min_ratio", _D.min_ratio, "Smallest per-link top-k ratio.")
-    flags.DEFINE_float("push_budget", _D.push_budget, "Per-link ratio: a push may take this fraction of its round's "
-                       "compute.")
-    flags.DEFINE_bool("error_feedback", _D.error_feedback, "Keep what top-k dropped for the next push.")
-    flags.DEFINE_float("replan_interval_s", _D.replan_interval_s, "ASHL: re-plan H, D, R this often (s).")
-    flags.DEFINE_float("drift", _D.drift, "ASHL: re-plan at once when a group's iteration time is off the plan's "
-                       "by more than this fraction ...", lower_bound=0.01)
-    flags.DEFINE_integer("drift_evals", _D.drift_evals, "... for this many evaluation intervals in a row.",
-                         lower_bound=1)
-    flags.DEFINE_float("time_budget_s", time_budget_s, "Hybrid: training wall-time budget (s).", lower_bound=0.1)
-    flags.DEFINE_float("target_accuracy", target_accuracy, "Hybrid: stop at this held-out accuracy (0..1).")
-    flags.DEFINE_float("eval_interval_s", 2.0, "Hybrid: seconds between the chief's evaluations.", lower_bound=0.05)
-    flags.DEFINE_float("checkpoint_interval_s", 10.0, "Hybrid: seconds between checkpoints.", lower_bound=0.1)
-    flags.DEFINE_float("wait_timeout_s", 60.0, "Hybrid: the longest wait for another process (s).", lower_bound=1.0)
-    flags.DEFINE_float("lost_after_s", 10.0, "Hybrid: a group silent for this long (s) is declared lost.",
-                       lower_bound=0.5)
-    flags.DEFINE_float("ps_timeout_s", 10.0, "Hybrid: stop the job when the ps has not answered for this long (s).",
-                       lower_bound=0.5)
-    flags.DEFINE_integer("rejoin_limit", 3, "Hybrid: restart a lost group when its devices answer again (on the "
-                         "ones that do, re-planned) at most this many times (0: never).", lower_bound=0)
-    if profile_flag:  # `edgemesh run` profiles the devices itself
-        flags.DEFINE_string("profile", None, "Hybrid: device profile JSON (edgemesh profile) from which a group that "
-                            "lost a device has its filters re-divided over the devices it has left.")
-    flags.DEFINE_float("startup_timeout_s", 180.0, "Hybrid: the longest wait for the group processes to start (s).",
-                       lower_bound=1.0)
-    flags.DEFINE_string("logdir", logdir, "Hybrid: run directory (checkpoints, TensorBoard, group logs).")
+def _flag_fields(command: str):
+    """(dataclass, field) of every flag of `command`, in help order."""
+    from edgemesh_tf.engine.main_job import MainJob
+
+    out = [(MainJob, f) for f in dataclasses.fields(MainJob) if f.name != "settings"] if command == "run" else []
+    out += [(JobSettings, f) for f in dataclasses.fields(JobSettings) if f.name != "sync"]
+    out += [(SyncConfig, f) for f in dataclasses.fields(SyncConfig)]
+    return [(owner, f) for owner, f in out if f.name not in NOT_FLAGS[command]]
 
 
-def sync_config() -> SyncConfig:
-    return SyncConfig(strategy=FLAGS.sync, staleness=FLAGS.staleness, local_steps=FLAGS.local_steps,
-                      ahl_h_preset=FLAGS.ahl_h_preset, shl_h_preset=FLAGS.shl_h_preset, shl_loss=FLAGS.shl_loss,
-                      profile_steps=FLAGS.profile_steps, adsp_period_s=FLAGS.adsp_period_s,
-                      adsp_commits=FLAGS.adsp_commits, compression=FLAGS.compression, ratio=FLAGS.compression_ratio,
-                      min_ratio=FLAGS.min_ratio, push_budget=FLAGS.push_budget, error_feedback=FLAGS.error_feedback,
-                      replan_interval_s=FLAGS.replan_interval_s, drift=FLAGS.drift, drift_evals=FLAGS.drift_evals)
+def _default(owner: type, f: dataclasses.Field, command: str):
+    if owner is not JobSettings and owner is not SyncConfig:
+        return f.default
+    if f.name in COMMAND_DEFAULTS[command]:
+        return COMMAND_DEFAULTS[command][f.name]
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
-def run(model: str, layout_path: str, layout_given: bool) -> None:
-    """Runs the job described by the flags; raises SystemExit with a clear message on bad input."""
+def define_flags(command: str) -> list[str]:
+    """Defines the job flags of `edgemesh train` (command "train") or `edgemesh run` ("run") from the
+    configuration fields; returns their names."""
+    names = []
+    for owner, f in _flag_fields(command):
+        name = f.metadata.get("flag") or f.name
+        default = _default(owner, f, command)
+        help_text = f.metadata["help"]
+        if callable(default):
+            help_text += " Default: %s." % default.__doc__
+            default = None
+        hint = typing.get_type_hints(owner)[f.name]
+        kind = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+        bound = {} if f.metadata.get("flag_min") is None else {"lower_bound": f.metadata["flag_min"]}
+        if f.metadata.get("choices"):
+            flags.DEFINE_enum(name, default, list(f.metadata["choices"]), help_text)
+        elif kind is bool:
+            flags.DEFINE_bool(name, default, help_text)
+        elif kind is int:
+            flags.DEFINE_integer(name, default, help_text, **bound)
+        elif kind is float:
+            flags.DEFINE_float(name, default, help_text, **bound)
+        elif kind is str:
+            flags.DEFINE_string(name, default, help_text)
+        else:
+            raise TypeError("no flag type for %s.%s: %r" % (owner.__name__, f.name, hint))
+        _FLAG_OF[owner, f.name] = name
+        names.append(name)
+    return names
+
+
+def _values(owner: type, command: str) -> dict:
+    out = {}
+    for (o, field), name in _FLAG_OF.items():
+        if o is owner:
+            v = FLAGS[name].value
+            default = COMMAND_DEFAULTS[command].get(field)
+            out[field] = default() if v is None and callable(default) else v
+    return out
+
+
+def _named(e: FieldError) -> ValueError:
+    """The error of a field, naming its flag."""
+    name = _FLAG_OF.get((e.owner, e.field))
+    return ValueError("--%s: %s" % (name, e) if name else str(e))
+
+
+def settings_from_flags(command: str) -> JobSettings:
+    """The JobSettings the job flags of `command` say; errors name the flag and what was expected."""
+    try:
+        return JobSettings(sync=SyncConfig(**_values(SyncConfig, command)), **_values(JobSettings, command))
+    except FieldError as e:
+        raise _named(e) from None
+
+
+def main_job_from_flags():
+    """`edgemesh run`'s MainJob from its flags (nothing is started)."""
+    from edgemesh_tf.engine.main_job import MainJob
+
+    settings = settings_from_flags("run")
+    try:
+        return MainJob(settings=settings, **_values(MainJob, "run"))
+    except FieldError as e:
+        raise _named(e) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class HybridJob:
+    """What `edgemesh train --cluster --sync` runs: `run_job(cfg, cluster, emulate)`."""
+
+    cfg: JobConfig
+    cluster: object  # ClusterFile
+    emulate: bool
+
+
+def config_from_flags() -> HybridJob:
+    """`edgemesh train --cluster FILE --sync S`'s job from the flags (--cluster, --layout, --batch_size,
+    --emulate and the generated job flags), without starting anything; raises ValueError (or
+    SystemExit for a malformed cluster file) naming the flag or file."""
     from edgemesh_tf.cli import cluster_from_flag
-    from edgemesh_tf.engine.job import default_groups, groups_of_plan, job_config, run_job
+    from edgemesh_tf.engine.job import default_groups, groups_of_plan, job_config
     from edgemesh_tf.planner import load_plan
     from edgemesh_tf.profile.types import load_profile
 
+    settings = settings_from_flags("train")
+    cluster = cluster_from_flag(FLAGS.cluster, "edgemesh train")
+    if settings.profile_path:
+        load_profile(settings.profile_path)  # a malformed profile is named now, not when a device is lost
+    if FLAGS["layout"].present:
+        groups = groups_of_plan(cluster, load_plan(FLAGS.layout), FLAGS.layout, FLAGS.batch_size)
+    else:
+        groups = default_groups(cluster, FLAGS.batch_size)
+    return HybridJob(job_config(cluster, groups, settings), cluster, FLAGS.emulate)
+
+
+def run(job: HybridJob) -> None:
+    """Runs `job` (config_from_flags); raises SystemExit with a clear message when it fails."""
+    from edgemesh_tf.engine.job import run_job
+
+    cfg = job.cfg
     try:
-        cluster = cluster_from_flag(FLAGS.cluster, "edgemesh train")
-        if FLAGS.profile:
-            load_profile(FLAGS.profile)  # a malformed profile is named now, not when a device is lost
-        if layout_given:
-            groups = groups_of_plan(cluster, load_plan(layout_path), layout_path, FLAGS.batch_size)
-        else:
-            groups = default_groups(cluster, FLAGS.batch_size)
-        cfg = job_config(cluster, groups, model=model, dataset=FLAGS.dataset, data_path=FLAGS.data_path,
-                         learning_rate=FLAGS.learning_rate, momentum=FLAGS.momentum, seed=FLAGS.seed,
-                         eval_interval_s=FLAGS.eval_interval_s, checkpoint_interval_s=FLAGS.checkpoint_interval_s,
-                         time_budget_s=FLAGS.time_budget_s, target_accuracy=FLAGS.target_accuracy,
-                         max_steps=FLAGS.steps if FLAGS["steps"].present else None,
-                         wait_timeout_s=FLAGS.wait_timeout_s, startup_timeout_s=FLAGS.startup_timeout_s,
-                         lost_after_s=FLAGS.lost_after_s, ps_timeout_s=FLAGS.ps_timeout_s,
-                         rejoin_limit=FLAGS.rejoin_limit, profile_path=FLAGS.profile or None, logdir=FLAGS.logdir,
-                         sync=sync_config())
-    except ValueError as e:
-        raise SystemExit("edgemesh train: %s" % e)
-    try:
-        final = run_job(cfg, cluster, emulate=FLAGS.emulate, emit=records.print_line)
+        final = run_job(cfg, job.cluster, emulate=job.emulate, emit=records.print_line)
     except (RuntimeError, TimeoutError) as e:  # PSLost, every group lost, a wait that timed out
         raise SystemExit("edgemesh train: %s" % e)
     print("done: %s; accuracy %.4f after %.1f s, %d steps, %.2f MB sent, %.1f s waiting; tensorboard --logdir %s/tb"

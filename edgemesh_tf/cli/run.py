@@ -8,29 +8,21 @@ the run directory), trains with the strategy until the target accuracy or the ti
 a summary (accuracy, time, throughput per device, where the time went) and the TensorBoard
 command, and tears the testbed down. Without root the testbed falls back to user-space emulation
 and says so.
+
+Its flags are generated from the fields of `MainJob` (--cluster, --batch_size, --emulate),
+`JobSettings` and `SyncConfig` (engine/config.py: help, defaults, checks); its defaults differ from
+`edgemesh train --cluster`'s only where `config.COMMAND_DEFAULTS` says.
 """
 import json
 import os
-import time
 
 from absl import flags
 
 from edgemesh_tf.cli import hybrid
 from edgemesh_tf.engine import records
-from edgemesh_tf.data import DATASET_NAMES
-from edgemesh_tf.models import MODEL_NAMES
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file.")
-flags.DEFINE_enum("model", "vgg", list(MODEL_NAMES), "Reference model.")
-flags.DEFINE_enum("dataset", "digits", list(DATASET_NAMES), "Dataset (digits is built in).")
-flags.DEFINE_string("data_path", None, "Directory holding the cifar10 / mnist files (nothing is downloaded).")
-flags.DEFINE_integer("batch_size", 32, "Examples per group per local iteration.", lower_bound=1)
-flags.DEFINE_float("learning_rate", 0.02, "SGD learning rate.", lower_bound=0.0)
-flags.DEFINE_integer("seed", 0, "Seed for weights and data order.")
-flags.DEFINE_bool("emulate", True, "Start the emulated testbed of the cluster file (else use its real servers).")
-hybrid.define_flags(sync="ashl", logdir=None, time_budget_s=240.0, target_accuracy=0.97,
-                    sync_help="Synchronisation strategy.", profile_flag=False)
+JOB_FLAGS = tuple(hybrid.define_flags("run"))
 
 
 def summary_text(s: dict) -> str:
@@ -63,14 +55,9 @@ def summary_text(s: dict) -> str:
 def main(argv):
     if len(argv) > 1:
         raise SystemExit("edgemesh run: unexpected arguments %s" % argv[1:])
-    from edgemesh_tf.engine.main_job import MainJob, run_main_job
-    logdir = FLAGS.logdir or os.path.join("runs", time.strftime("run-%Y%m%d-%H%M%S"))
+    from edgemesh_tf.engine.main_job import run_main_job
     try:
-        job = MainJob(cluster=FLAGS.cluster, model=FLAGS.model, dataset=FLAGS.dataset, data_path=FLAGS.data_path,
-                      sync=hybrid.sync_config(), batch=FLAGS.batch_size, target_accuracy=FLAGS.target_accuracy,
-                      time_budget_s=FLAGS.time_budget_s, eval_interval_s=FLAGS.eval_interval_s,
-                      checkpoint_interval_s=FLAGS.checkpoint_interval_s, logdir=logdir, emulate=FLAGS.emulate,
-                      learning_rate=FLAGS.learning_rate, seed=FLAGS.seed)
+        job = hybrid.main_job_from_flags()
     except ValueError as e:
         raise SystemExit("edgemesh run: %s" % e)
 

@@ -1,86 +1,169 @@
-"""Plain-data configuration of a hybrid training job: the strategy and the job around it.
+"""Plain-data configuration of a hybrid training job: the strategy, the job's settings, the job.
 
-Both are frozen dataclasses that round-trip through JSON (`to_dict` / `from_dict`), because the
-chief hands them to every group process on its command line. Times are in seconds (s) unless a
-name says ms; ratios are fractions of a tensor's entries in (0, 1].
+The one source of a job's configuration. Every user-settable value is a field of `SyncConfig` (the
+strategy) or `JobSettings` (everything else that does not depend on the cluster's groups), with its
+default, its help text and its check in its `setting(...)` declaration; `edgemesh train --cluster`
+and `edgemesh run` generate their flags from these fields (cli/hybrid.py). `JobConfig` is a
+`JobSettings` plus what only the launcher knows: the data-parallel groups, the ps and chief devices
+and the devices' names. Where the two commands need different defaults, `COMMAND_DEFAULTS` says so.
+
+All are frozen dataclasses; a JobConfig round-trips through JSON (`to_dict` / `from_dict`), because
+the chief hands it to every group process in a file. Times are in seconds (s) unless a name says
+ms; ratios are fractions of a tensor's entries in (0, 1].
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-from typing import Any, Mapping
+import os
+import time
+import typing
+from typing import Any, Callable, Mapping
+
+from edgemesh_tf.data import DATASET_NAMES
+from edgemesh_tf.models import MODEL_NAMES
 
 STRATEGIES = ("bsp", "asp", "ssp", "local_sgd", "adsp", "ashl")
 COMPRESSIONS = ("none", "fixed", "ashl")
 
 
+class FieldError(ValueError):
+    """An invalid value of a configuration field; `owner` is its dataclass, `field` its name (the
+    command line maps both to the flag)."""
+
+    def __init__(self, owner: type, field: str, message: str):
+        super().__init__(message)
+        self.owner, self.field = owner, field
+
+
+# ---- checks: check(name, value) -> an error message, or None when the value is fine ----
+
+def int_at_least(lower: int) -> Callable[[str, Any], str | None]:
+    def check(name, v):
+        if not isinstance(v, int) or isinstance(v, bool) or v < lower:
+            return "%s must be an int >= %d, got %r" % (name, lower, v)
+    check.flag_min = lower  # the flag's lower bound too
+    return check
+
+
 def _check_int(name: str, v, lower: int) -> None:
-    if not isinstance(v, int) or isinstance(v, bool) or v < lower:
-        raise ValueError("%s must be an int >= %d, got %r" % (name, lower, v))
+    msg = int_at_least(lower)(name, v)
+    if msg:
+        raise ValueError(msg)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def positive(unit: str = "") -> Callable[[str, Any], str | None]:
+    def check(name, v):
+        if not (_is_number(v) and v > 0):
+            return "%s must be > 0%s, got %r" % (name, unit, v)
+    return check
+
+
+def non_negative(unit: str = "") -> Callable[[str, Any], str | None]:
+    def check(name, v):
+        if not (_is_number(v) and v >= 0):
+            return "%s must be >= 0%s, got %r" % (name, unit, v)
+    check.flag_min = 0
+    return check
+
+
+def fraction(what: str = "") -> Callable[[str, Any], str | None]:
+    def check(name, v):
+        if not (_is_number(v) and 0 < v <= 1):
+            return "%s must be %sin (0, 1], got %r" % (name, what, v)
+    return check
+
+
+def one_of(choices, label: str | None = None) -> Callable[[str, Any], str | None]:
+    def check(name, v):
+        if v not in choices:
+            return "%s must be one of %s, got %r" % (label or name, ", ".join(choices), v)
+    return check
+
+
+def setting(default=dataclasses.MISSING, help: str = "", *, check=None, flag: str | None = None,
+            flag_min: float | None = None, choices=None, factory=dataclasses.MISSING):
+    """A configuration field: its default, its help text (the flag's), its check (run on every
+    instance; None values of optional fields are not checked), the flag's name when it is not the
+    field's, a lower bound the command line enforces on top of the check (flag_min) and the allowed
+    values (choices: an enum flag, checked here too)."""
+    if choices is not None and check is None:
+        check = one_of(choices)
+    if flag_min is None:
+        flag_min = getattr(check, "flag_min", None)
+    return dataclasses.field(default=default, default_factory=factory, metadata={
+        "help": help, "check": check, "flag": flag, "flag_min": flag_min, "choices": choices})
+
+
+@functools.lru_cache(maxsize=None)
+def _optional_fields(cls) -> frozenset:
+    hints = typing.get_type_hints(cls)
+    return frozenset(n for n, h in hints.items() if type(None) in typing.get_args(h))
+
+
+def validate(obj) -> None:
+    """Runs every field's check; raises FieldError naming the field and what was expected."""
+    optional = _optional_fields(type(obj))
+    for f in dataclasses.fields(obj):
+        check = f.metadata.get("check")
+        v = getattr(obj, f.name)
+        if check is None or (v is None and f.name in optional):
+            continue
+        msg = check(f.name, v)
+        if msg:
+            raise FieldError(type(obj), f.name, msg)
 
 
 @dataclasses.dataclass(frozen=True)
 class SyncConfig:
-    """How groups synchronise with the parameter server. Defaults are the papers' (DESIGN.md).
+    """How groups synchronise with the parameter server. Defaults are the papers' (DESIGN.md)."""
 
-    strategy: one of STRATEGIES.
-    staleness: SSP's and SHL's bound s, in commits a group may run ahead of the slowest live one (3).
-    local_steps: Local SGD's H, local iterations between synchronous averagings (8).
-    ahl_h_preset / shl_h_preset: ASHL's local iterations of the slowest group per commit in AHL (8)
-      and SHL (2); faster groups get more (schedule.local_iterations).
-    shl_loss: ASHL switches AHL -> SHL once the global training loss is <= this.
-    profile_steps: ASHL's profiling pre-training: local iterations of the timed round (8: their median
-      is the profile, and 8 keep a few iterations slowed by the start-up's contention out of it).
-    adsp_period_s / adsp_commits: ADSP's scheduling period and initial commits per period; the
-      commit count is then searched online from the fitted loss curve.
-    compression: "none" (dense pushes), "fixed" (top-k at `ratio`) or "ashl" (per-group ratio that
-      fits the link: the push takes at most `push_budget` of the round's compute, ratio at least
-      `min_ratio`; schedule.link_ratios). Default: "ashl" for ashl, else "none".
-    error_feedback: keep what top-k dropped and add it to the next update.
-    replan_interval_s: ASHL re-plans H_i, D_i and R_i from the rounds measured since the last plan
-      this often (and at the switch to SHL).
-    drift / drift_evals: ASHL also re-plans at once when a group's iteration time over each of the
-      last `drift_evals` evaluation intervals differs from the plan's by more than the fraction
-      `drift` (e.g. 0.5: 1.5x slower or faster), and says which group drifted.
-    """
-
-    strategy: str = "ashl"
-    staleness: int = 3
-    local_steps: int = 8
-    ahl_h_preset: int = 8
-    shl_h_preset: int = 2
-    shl_loss: float = 0.15
-    profile_steps: int = 8
-    adsp_period_s: float = 6.0
-    adsp_commits: int = 6
-    compression: str | None = None
-    ratio: float = 0.01
-    min_ratio: float = 0.01
-    push_budget: float = 0.25
-    replan_interval_s: float = 10.0
-    error_feedback: bool = True
-    drift: float = 0.5
-    drift_evals: int = 3
+    strategy: str = setting("ashl", "Synchronisation strategy of hybrid training over the parameter server. "
+                            "`edgemesh train` has no default: --sync selects hybrid training (without it, "
+                            "--cluster trains one layout on the servers).", flag="sync",
+                            check=one_of(STRATEGIES, "sync strategy"), choices=STRATEGIES)
+    staleness: int = setting(3, "SSP's and SHL's bound: commits a group may run ahead of the slowest live one.",
+                             check=int_at_least(0))
+    local_steps: int = setting(8, "Local SGD's H: local iterations between synchronous averagings.",
+                               check=int_at_least(1))
+    ahl_h_preset: int = setting(8, "ASHL: the slowest group's local iterations per commit in AHL (faster groups "
+                                "get more).", check=int_at_least(1))
+    shl_h_preset: int = setting(2, "ASHL: the slowest group's local iterations per commit in SHL.",
+                                check=int_at_least(1))
+    shl_loss: float = setting(0.15, "ASHL: switch AHL -> SHL once the global training loss is <= this; ADSP: the "
+                              "target loss of its commit-rate search.")
+    profile_steps: int = setting(8, "ASHL: local iterations of the timed profiling round (their median is the "
+                                 "profile).", check=int_at_least(1))
+    adsp_period_s: float = setting(6.0, "ADSP: scheduling period (s).", check=positive(), flag_min=0.01)
+    adsp_commits: int = setting(6, "ADSP: initial commits per period (then searched online from the fitted loss "
+                                "curve).", check=int_at_least(1))
+    compression: str | None = setting(None, "Top-k of pushes: none (dense), fixed (top-k at --compression_ratio) "
+                                      "or ashl (per-group ratio that fits the link: a push takes at most "
+                                      "--push_budget of the round's compute, ratio at least --min_ratio). "
+                                      "Default: ashl for --sync ashl, else none.", choices=COMPRESSIONS)
+    ratio: float = setting(0.01, "Fixed top-k ratio (fraction of entries) of --compression fixed.",
+                           flag="compression_ratio", check=fraction("a fraction of entries "))
+    min_ratio: float = setting(0.01, "Smallest per-link top-k ratio of --compression ashl (fraction of entries).",
+                               check=fraction("a fraction of entries "))
+    push_budget: float = setting(0.25, "Per-link top-k ratio: a push may take this fraction of its round's compute.",
+                                 check=positive())
+    replan_interval_s: float = setting(10.0, "ASHL: re-plan H, D and R from the rounds measured since the last plan "
+                                       "this often (s), and at the switch to SHL.", check=positive())
+    error_feedback: bool = setting(True, "Keep what top-k dropped and add it to the next push.")
+    drift: float = setting(0.5, "ASHL: re-plan at once when a group's iteration time is off the plan's by more than "
+                           "this fraction (0.5: 1.5x slower or faster) for --drift_evals evaluations in a row.",
+                           check=positive(), flag_min=0.01)
+    drift_evals: int = setting(3, "ASHL: evaluation intervals in a row a --drift must last.", check=int_at_least(1))
 
     def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise ValueError("sync strategy must be one of %s, got %r" % (", ".join(STRATEGIES), self.strategy))
-        if self.compression is None:
+        if self.compression is None and self.strategy in STRATEGIES:
             object.__setattr__(self, "compression", "ashl" if self.strategy == "ashl" else "none")
-        if self.compression not in COMPRESSIONS:
-            raise ValueError("compression must be one of %s, got %r" % (", ".join(COMPRESSIONS), self.compression))
-        for name in ("staleness",):
-            _check_int(name, getattr(self, name), 0)
-        for name in ("local_steps", "ahl_h_preset", "shl_h_preset", "profile_steps", "adsp_commits", "drift_evals"):
-            _check_int(name, getattr(self, name), 1)
-        for name in ("ratio", "min_ratio"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0 < v <= 1):
-                raise ValueError("%s must be a fraction of entries in (0, 1], got %r" % (name, v))
-        for name in ("adsp_period_s", "push_budget", "replan_interval_s", "drift"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise ValueError("%s must be > 0, got %r" % (name, v))
+        validate(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,58 +177,121 @@ class GroupSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class JobConfig:
-    """Everything a chief or a group process needs to build its graphs.
+class JobSettings:
+    """A hybrid job's settings that do not depend on its groups or cluster: what `edgemesh train
+    --cluster --sync` and `edgemesh run` set from their flags (one flag per field, same name unless
+    `flag=` says otherwise), and what `MainJob` holds before it has planned the groups."""
 
-    groups: the data-parallel groups; ps_device: TF device of the parameter server;
-    learning_rate / momentum: each group's local SGD; eval_interval_s: the chief's evaluation
-    period; checkpoint_interval_s: its checkpoint period; time_budget_s: training wall time;
-    target_accuracy: stop once the held-out accuracy reaches it (None: run the budget);
-    max_steps: stop after this many local iterations summed over groups (None: no limit);
-    max_rounds: each group stops by itself after this many rounds (commits), the job when all have;
-    stop_after_target_s: keep training this long after reaching target_accuracy (0: stop at once);
-    device_names: TF device string -> the device's name in the cluster file (for reports);
-    device_info: {device name: {"speed", "predicted_memory_mib", "measured_memory_mib",
-      "predicted_step_ms"}}, whatever is known, for the layout picture;
-    wait_timeout_s: the longest any wait for another process may take during training;
-    startup_timeout_s: the longest wait for the group processes to start (import TF, build their
-      graphs, connect) and for the chief to initialise the global model;
-    lost_after_s: a group whose process exited, or that has sent no report (a round's statistics
-      or a heartbeat while it waits) for this long, is declared lost: gates stop counting it and
-      the others take over its data;
-    ps_timeout_s: the job stops, naming the ps task, when the parameter server has not answered
-      for this long;
-    rejoin_limit: a lost group is restarted when its devices answer again (on fewer of them,
-      re-planned, if only some do) at most this many times (0: never);
-    profile_path: the device profile (JSON) the planner re-divides a group's filters from.
+    model: str = setting("vgg", "Reference model.", choices=MODEL_NAMES)
+    dataset: str = setting("digits", "Dataset (digits is built in; cifar10 and mnist are read from --data_path).",
+                           choices=DATASET_NAMES)
+    data_path: str | None = setting(None, "Directory holding the cifar10 / mnist files (nothing is downloaded).")
+    learning_rate: float = setting(0.02, "SGD learning rate (each group's local SGD).", check=non_negative())
+    momentum: float = setting(0.9, "Momentum of the local SGD.", check=non_negative())
+    seed: int = setting(0, "Seed for weights and data order.", check=int_at_least(0))
+    eval_interval_s: float = setting(1.0, "Hybrid: seconds between the chief's evaluations of the global model.",
+                                     check=positive(" s"), flag_min=0.05)
+    checkpoint_interval_s: float = setting(10.0, "Hybrid: seconds between checkpoints of the global model and the "
+                                           "strategy state.", check=positive(" s"), flag_min=0.1)
+    time_budget_s: float = setting(240.0, "Hybrid: training wall-time budget (s).", check=positive(" s"),
+                                   flag_min=0.1)
+    target_accuracy: float | None = setting(None, "Hybrid: stop once the held-out accuracy reaches this (0..1]; "
+                                            "unset: train for the whole --time_budget_s.", check=fraction())
+    max_steps: int | None = setting(None, "Hybrid: stop after this many LOCAL ITERATIONS SUMMED OVER ALL GROUPS (a "
+                                    "group's local iteration is one batch of its own; not the global step of "
+                                    "single-layout `edgemesh train --steps`); unset: no limit.",
+                                    check=int_at_least(1))
+    max_rounds: int | None = setting(None, "Hybrid: each group stops by itself after this many rounds (commits to "
+                                     "the parameter server), the job when all have; unset: no limit.",
+                                     check=int_at_least(1))
+    stop_after_target_s: float = setting(0.0, "Hybrid: keep training this long (s) after reaching "
+                                         "--target_accuracy (0: stop at once).", check=non_negative(" s"))
+    wait_timeout_s: float = setting(60.0, "Hybrid: the longest any wait for another process may take during "
+                                    "training (s).", check=positive(" s"), flag_min=1.0)
+    startup_timeout_s: float = setting(180.0, "Hybrid: the longest wait for the group processes to start (import TF, "
+                                       "build their graphs, connect) and for the chief to initialise the global "
+                                       "model (s).", check=positive(" s"), flag_min=1.0)
+    lost_after_s: float = setting(10.0, "Hybrid: a group whose process exited, or that has sent no report (a round's "
+                                  "statistics or a heartbeat while it waits) for this long (s), is declared lost: "
+                                  "gates stop counting it and the others take over its data.",
+                                  check=positive(" s"), flag_min=0.5)
+    ps_timeout_s: float = setting(10.0, "Hybrid: stop the job, naming the ps task, when the parameter server has not "
+                                  "answered for this long (s).", check=positive(" s"), flag_min=0.5)
+    rejoin_limit: int = setting(3, "Hybrid: restart a lost group when its devices answer again (on fewer of them, "
+                                "re-planned, if only some do) at most this many times (0: never).",
+                                check=int_at_least(0))
+    profile_path: str | None = setting(None, "Hybrid: device profile JSON (edgemesh profile) from which a group that "
+                                       "lost a device has its filters re-divided over the devices it has left "
+                                       "(without it, the fastest device left holds the whole model).",
+                                       flag="profile")
+    logdir: str = setting("runs/hybrid", "Hybrid: run directory (checkpoints, TensorBoard logs, group logs).")
+    sync: SyncConfig = dataclasses.field(default_factory=SyncConfig)
+
+    def __post_init__(self):
+        if not isinstance(self.sync, SyncConfig):
+            raise FieldError(type(self), "sync", "sync must be a SyncConfig, got %r" % (self.sync,))
+        validate(self)
+
+    def settings_dict(self) -> dict:
+        """The JobSettings fields of this object (also of a JobConfig), as keyword arguments."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(JobSettings)}
+
+    @property
+    def settings(self) -> "JobSettings":
+        return JobSettings(**self.settings_dict())
+
+    def job_config(self, groups, **wiring) -> "JobConfig":
+        """The JobConfig of these settings for `groups`; wiring: ps_device, chief_device,
+        device_names, device_info (or JobSettings fields to override)."""
+        return JobConfig(**{**self.settings_dict(), **wiring}, groups=tuple(groups))
+
+    @classmethod
+    def for_command(cls, command: str, **overrides) -> "JobSettings":
+        """The settings a command uses by default (`COMMAND_DEFAULTS[command]` over the fields'
+        defaults), with `overrides` (JobSettings or SyncConfig fields)."""
+        values = {k: (v() if callable(v) else v) for k, v in COMMAND_DEFAULTS[command].items()}
+        values.update(overrides)
+        sync_names = {f.name for f in dataclasses.fields(SyncConfig)}
+        sync = values.pop("sync", None) or SyncConfig(**{k: values.pop(k) for k in list(values) if k in sync_names})
+        return cls(sync=sync, **values)
+
+
+def fresh_run_dir() -> str:
+    """runs/run-<date>-<time>, a new directory per run"""
+    return os.path.join("runs", time.strftime("run-%Y%m%d-%H%M%S"))
+
+
+# The ONE table of where `edgemesh train --cluster --sync` and `edgemesh run` differ from the
+# fields' defaults above (field name -> default; a callable is called when the job is built), and
+# of the fields that are not a command's flags. Nothing else differs between them.
+COMMAND_DEFAULTS: dict[str, dict[str, Any]] = {
+    # --sync has no default: it selects hybrid training (flag-only; train's job always has a strategy)
+    "train": {"strategy": None},
+    # the main job (`make run`): train to 97% held-out accuracy, each run in a fresh directory
+    "run": {"target_accuracy": 0.97, "logdir": fresh_run_dir},
+}
+NOT_FLAGS: dict[str, tuple[str, ...]] = {
+    "train": (),
+    "run": ("profile_path",),  # the main job profiles the devices itself and re-plans from that profile
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobConfig(JobSettings):
+    """Everything a chief or a group process needs to build its graphs: the `JobSettings` fields
+    (see there and `setting(...)` help) plus
+
+    groups: the data-parallel groups; ps_device / chief_device: TF devices of the parameter server
+    and of the chief; device_names: TF device string -> the device's name in the cluster file (for
+    reports); device_info: {device name: {"speed", "predicted_memory_mib", "measured_memory_mib",
+    "predicted_step_ms"}}, whatever is known, for the layout picture.
     """
 
     groups: tuple[GroupSpec, ...]
-    model: str = "vgg"
-    dataset: str = "digits"
-    data_path: str | None = None
     ps_device: str = "/job:ps/task:0"
     chief_device: str = "/job:chief/task:0"
-    learning_rate: float = 0.02
-    momentum: float = 0.9
-    seed: int = 0
-    eval_interval_s: float = 2.0
-    checkpoint_interval_s: float = 10.0
-    time_budget_s: float = 300.0
-    target_accuracy: float | None = None
-    max_steps: int | None = None
-    max_rounds: int | None = None
-    stop_after_target_s: float = 0.0
-    wait_timeout_s: float = 60.0
-    startup_timeout_s: float = 180.0
-    lost_after_s: float = 10.0
-    ps_timeout_s: float = 10.0
-    rejoin_limit: int = 3
-    profile_path: str | None = None
-    logdir: str = "runs/job"
     device_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     device_info: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
-    sync: SyncConfig = dataclasses.field(default_factory=SyncConfig)
 
     def __post_init__(self):
         if not self.groups:
@@ -155,14 +301,7 @@ class JobConfig:
             raise ValueError("group names must be distinct, got %r" % names)
         for g in self.groups:
             _check_int("batch_size of group %s" % g.name, g.batch_size, 1)
-        for name in ("eval_interval_s", "checkpoint_interval_s", "time_budget_s", "wait_timeout_s",
-                     "startup_timeout_s", "lost_after_s", "ps_timeout_s"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and v > 0):
-                raise ValueError("%s must be > 0 s, got %r" % (name, v))
-        _check_int("rejoin_limit", self.rejoin_limit, 0)
-        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
-            raise ValueError("target_accuracy must be in (0, 1], got %r" % (self.target_accuracy,))
+        super().__post_init__()
 
     @property
     def group_names(self) -> list[str]:

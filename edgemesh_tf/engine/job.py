@@ -216,13 +216,16 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
         return dataclasses.replace(final, group_exit_codes=codes, testbed=servers.summary).to_dict()
 
 
-def job_config(cluster: ClusterFile, groups, **kwargs) -> JobConfig:
-    """A JobConfig whose parameter server and chief are the cluster's; errors name the cluster file."""
+def job_config(cluster: ClusterFile, groups, settings=None, **kwargs) -> JobConfig:
+    """A JobConfig of `settings` (a `JobSettings`; or none: the fields' defaults), with the JobConfig
+    fields in kwargs over them, for `groups`; its parameter server and chief are the cluster's and
+    its device names the cluster file's. Errors name the cluster file."""
     ps = [d for d in cluster.devices if d.role == "ps"]
     if not ps:
         raise ValueError("cluster %s has no device with role ps; hybrid training keeps the global model on a "
                          "parameter server" % cluster.path)
     kwargs.setdefault("device_names", {d.device_string: d.name for d in cluster.devices})
     kwargs.setdefault("device_info", {d.name: {"speed": d.speed} for d in cluster.workers if d.speed})
-    return JobConfig(groups=tuple(groups), ps_device=ps[0].device_string, chief_device=cluster.master.device_string,
-                     **kwargs)
+    base = settings.settings_dict() if settings is not None else {}
+    return JobConfig(**{**base, **kwargs}, groups=tuple(groups), ps_device=ps[0].device_string,
+                     chief_device=cluster.master.device_string)
