@@ -10,14 +10,16 @@ import os
 from edgemesh_tf.data.cifar10 import cifar10
 from edgemesh_tf.data.dataset import Dataset, batches
 from edgemesh_tf.data.digits import digits
+from edgemesh_tf.data.digits32 import digits32
 from edgemesh_tf.data.errors import DatasetError
 from edgemesh_tf.data.mnist import mnist
 from edgemesh_tf.data.synthetic import synthetic
 
-_BUILTIN = {"digits": digits, "synthetic": synthetic}  # generated or shipped: take no path
+_BUILTIN = {"digits": digits, "digits32": digits32, "synthetic": synthetic}  # generated or shipped: take no path
 _FROM_FILES = {"cifar10": cifar10, "mnist": mnist}     # read from a user-given directory
 DATASET_NAMES = tuple(sorted({**_BUILTIN, **_FROM_FILES}))
-IMAGE_SHAPES = {"digits": (8, 8, 1), "mnist": (28, 28, 1), "cifar10": (32, 32, 3), "synthetic": (32, 32, 3)}
+IMAGE_SHAPES = {"digits": (8, 8, 1), "digits32": (32, 32, 1), "mnist": (28, 28, 1), "cifar10": (32, 32, 3),
+                "synthetic": (32, 32, 3)}
 """(H, W, C) of each dataset's images (synthetic: its default), for sizing a model without loading data."""
 
 
@@ -41,4 +43,4 @@ def load_dataset(name: str, path: str | os.PathLike | None = None, **kw) -> Data
 
 
 __all__ = ["DATASET_NAMES", "IMAGE_SHAPES", "Dataset", "DatasetError", "batches", "cifar10", "digits",
-           "load_dataset", "mnist", "synthetic"]
+           "digits32", "load_dataset", "mnist", "synthetic"]

@@ -1,13 +1,27 @@
-"""ADSP's loss-curve fit and online search of the commit count per period (numpy; scipy if present).
+"""ADSP's commit timer, catch-up, loss-curve fit and online search of the commit count per period
+(numpy; scipy if present).
 
-ADSP (AAAI 2020) models the training loss over time as ``l(t) = 1/(a²·t + b) + c`` and climbs
-the commit count per period while the predicted time to a target loss improves. ``t`` may be in
-any unit (s, ms or steps); predicted times come back in the same unit.
+ADSP (Hu, Wang, Wu, AAAI 2020) lets every worker train without waiting and commit on a timer, so
+that all workers commit about equally often: in each check period of ``period_s`` seconds worker i
+commits ``ΔC_i`` times, ``ΔC_i`` chosen so that the cumulative commit counts meet again at the
+end of the period (``commits_per_worker``: a worker behind commits more, it catches up); its
+timer counts compute only, ``period_s/ΔC_i − comm_s[i]`` between commits
+(``compute_interval_s``), because each commit then spends ``comm_s[i]`` communicating. Once per
+period the scheduler fits the loss curve ``l(t) = 1/(a²·t + b) + c`` to the period's losses and
+climbs the commit count while the predicted time to a target loss improves
+(``CommitRateSearch(period_s=...)``). These follow the ADSP implementation in the ASHL authors'
+public code (github.com/xiangunremarkable/ASHL, ``ASHL/ADSP/client1.py``: ``Trainer.get_c``,
+``train``, ``reward``; ``server1.py``: ``get_c``, ``reward``), except the reward: their ``task``
+solves the curve exactly through three losses of the period (first, middle, last, at normalised
+times 0, ½, 1) and rewards ``a²/(1/(l_last − c) − b)``, which is 1 for any exact solution, so it
+cannot rank commit counts; the search here keeps ADSP's criterion, the predicted time to the
+target loss on a least-squares fit over the period's evaluations. ``t`` may be in any unit (s,
+ms or steps) for the fit; predicted times come back in the same unit.
 """
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -15,6 +29,69 @@ try:  # scipy refines the fit; without it the grid + linear least squares result
     from scipy.optimize import least_squares as _least_squares
 except ImportError:  # pragma: no cover - scipy is installed in our environment
     _least_squares = None
+
+
+def compute_interval_s(period_s: float, commits: int, comm_s: float) -> float:
+    """Compute time between two commits, s: ``period_s/commits − comm_s``, at least 0.
+
+    The authors' ``train``: a worker computes while ``elapsed < T/m_c − T1`` (``T1`` the mean of
+    its last 10 commits' communication time), then commits; so ``commits`` commits with their
+    communication fill the period. 0 when the communication alone overfills it (the worker then
+    commits after every local step; the search should not go there: ``max_commits``).
+    """
+    if not (isinstance(period_s, (int, float)) and math.isfinite(period_s) and period_s > 0):
+        raise ValueError(f"period_s must be a finite number > 0 s, got {period_s!r}")
+    if not isinstance(commits, int) or isinstance(commits, bool) or commits < 1:
+        raise ValueError(f"commits must be an int >= 1 per period, got {commits!r}")
+    if not (isinstance(comm_s, (int, float)) and math.isfinite(comm_s) and comm_s >= 0):
+        raise ValueError(f"comm_s must be a finite number >= 0 s, got {comm_s!r}")
+    return max(0.0, period_s / commits - comm_s)
+
+
+def max_commits(period_s: float, comm_s: float, cap: int = 1 << 20) -> int:
+    """The most commits per period that leave compute time: the largest ``c >= 1`` with
+    ``period_s/c − comm_s > 0`` (the authors' ``next = T/(m_c+1) − T1 > 0`` before climbing);
+    ``cap`` when the communication takes 0 s; 1 when even one commit overfills the period."""
+    if comm_s <= 0:
+        return cap
+    return max(1, min(cap, math.ceil(period_s / comm_s) - 1))
+
+
+def commits_per_worker(commits_so_far: Mapping[str, int], per_period: int) -> dict[str, int]:
+    """Commits each worker makes in the next period, so the cumulative counts meet at
+    ``max(commits_so_far) + per_period``: ``ΔC_i = max_j C_j + per_period − C_i``.
+
+    The leader commits ``per_period`` times, a worker behind more (catch-up). The authors'
+    ``get_c``: the server returns ``max(l_c) + 1`` and each worker commits ``g_c − l_c`` times,
+    ``per_period`` being the count their search then moves up or down by 1.
+    """
+    if not commits_so_far:
+        raise ValueError("commits_so_far must hold at least one worker's cumulative commits, got none")
+    if not isinstance(per_period, int) or isinstance(per_period, bool) or per_period < 1:
+        raise ValueError(f"per_period must be an int >= 1 commits, got {per_period!r}")
+    target = max(commits_so_far.values()) + per_period
+    return {name: target - int(c) for name, c in commits_so_far.items()}
+
+
+def initial_commits(period_s: float, iter_s: Sequence[float], comm_s: Sequence[float],
+                    local_steps: int = 8) -> int:
+    """A starting commit count per period scaled to the task: as many commits as fit a round of
+    ``local_steps`` iterations plus a commit on the slowest worker,
+    ``max(1, floor(period_s / max_i(local_steps·iter_s[i] + comm_s[i])))`` (times in s).
+
+    With ``local_steps`` = ASHL's H_preset (8), ADSP starts from AHL's commit frequency instead
+    of a fixed timer; the search then climbs from there.
+    """
+    if len(iter_s) != len(comm_s) or not len(iter_s):
+        raise ValueError(f"iter_s and comm_s must hold one time per worker, "
+                         f"got {len(iter_s)} and {len(comm_s)}")
+    if not isinstance(local_steps, int) or local_steps < 1:
+        raise ValueError(f"local_steps must be an int >= 1, got {local_steps!r}")
+    round_s = max(local_steps * it + cm for it, cm in zip(iter_s, comm_s))
+    if not round_s > 0:
+        raise ValueError(f"a round must take > 0 s, got iter_s {list(iter_s)} and comm_s {list(comm_s)}")
+    return max(1, int(period_s // round_s))
+
 
 class LossCurve(NamedTuple):
     """``l(t) = 1/(a²·t + b) + c``; unpacks as ``a, b, c``; ``a >= 0``.
@@ -122,11 +199,16 @@ class CommitRateSearch:
     prediction it goes back to the best count and tries the other side once (unless that side
     was already measured); then it settles on the best count (``converged``). Counts stay in
     ``[lower, upper]``. ``asymptote`` fixes ``c`` of the fit (e.g. a known minimum loss).
+
+    ``period_s`` (published ADSP: once per period): decide only when the window also spans
+    ``period_s`` (same unit as the times) since the previous decision (since the first point
+    for the first one), i.e. one fit over a whole period at each count; None (the default, as
+    before) decides as soon as the window holds ``min_points`` points.
     """
 
     def __init__(self, target_loss: float, initial: int = 4, step: int = 1, lower: int = 1,
                  upper: int = 64, direction: int = 1, min_points: int = 5,
-                 asymptote: float | None = None):
+                 asymptote: float | None = None, period_s: float | None = None):
         for field, v, lo in (("step", step, 1), ("lower", lower, 1), ("min_points", min_points, 3)):
             if not isinstance(v, int) or v < lo:
                 raise ValueError(f"CommitRateSearch {field} must be an int >= {lo}, got {v!r}")
@@ -137,6 +219,9 @@ class CommitRateSearch:
                              f"got {initial!r}")
         if direction not in (1, -1):
             raise ValueError(f"CommitRateSearch direction must be +1 or -1, got {direction!r}")
+        if period_s is not None and not (isinstance(period_s, (int, float)) and period_s > 0):
+            raise ValueError(f"CommitRateSearch period_s must be > 0 or None, got {period_s!r}")
+        self.period_s = period_s
         self.target_loss = float(target_loss)
         self.step, self.lower, self.upper = step, lower, upper
         self.direction = direction
@@ -149,6 +234,7 @@ class CommitRateSearch:
         self.measured: dict[int, float] = {}
         self.trials: list[tuple[int, float]] = []  # (count, predicted time to target)
         self._window_start = -math.inf
+        self._decided_at: float | None = None  # time of the previous decision (or the first point)
 
     def observe(self, predicted_time: float) -> int:
         """Record the predicted time to target at the current count; returns the next count."""
@@ -175,7 +261,8 @@ class CommitRateSearch:
     def update(self, times: Sequence[float], losses: Sequence[float]) -> int:
         """Feed the measured ``(time, loss)`` history; returns the commit count for the next period.
 
-        Waits (returns the current count) until the window holds ``min_points`` points.
+        Waits (returns the current count) until the window holds ``min_points`` points (and, with
+        ``period_s``, spans a whole period since the previous decision).
         """
         t = np.asarray(times, dtype=float).ravel()
         l = np.asarray(losses, dtype=float).ravel()
@@ -184,6 +271,12 @@ class CommitRateSearch:
         win = t > self._window_start
         if int(win.sum()) < self.min_points:
             return self.count
+        if self.period_s is not None:
+            if self._decided_at is None:
+                self._decided_at = float(t[win].min())
+            if float(t[win].max()) - self._decided_at < self.period_s:
+                return self.count
+            self._decided_at = float(t[win].max())
         curve = fit_loss_curve(t[win], l[win], fixed_c=self.asymptote)
         self.last_curve = curve
         self._window_start = float(t[win].max())

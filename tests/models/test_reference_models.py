@@ -1,4 +1,5 @@
-"""Each reference model builds and trains a step under an uneven layout, for every input shape."""
+"""Each reference model builds and trains a step under an uneven layout, for every input shape
+(and the width variant ``vgg_m`` on digits32's 32x32x1)."""
 import numpy as np
 import pytest
 
@@ -6,12 +7,15 @@ from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.models import get_model
+from edgemesh_tf.planner.model_stats import model_stats
 from edgemesh_tf.train.graph import build_train_graph
 from edgemesh_tf.train.loop import restore_or_init
 
 
-@pytest.mark.parametrize("name", ["vgg", "resnet"])
-@pytest.mark.parametrize("shape", [(8, 8, 1), (28, 28, 1), (32, 32, 3)])
+CASES = [(name, shape) for name in ("vgg", "resnet") for shape in ((8, 8, 1), (28, 28, 1), (32, 32, 3))]
+
+
+@pytest.mark.parametrize("name,shape", CASES + [("vgg_m", (32, 32, 1))])
 def test_model_trains_under_uneven_layout(name, shape):
     spec = get_model(name, shape, 10)
     dims = spec.split_dims()
@@ -26,7 +30,9 @@ def test_model_trains_under_uneven_layout(name, shape):
         restore_or_init(sess, g, checkpoint_dir=None)
         losses = [sess.run([g.loss, g.train_op], {g.images: x, g.labels: y})[0] for _ in range(3)]
         logits = sess.run(g.logits, {g.images: x, g.labels: y})
+        weights = sess.run(g.weights, {g.images: x, g.labels: y})
     assert logits.shape == (4, 10)
+    assert sum(np.size(w) for w in weights.values()) * 4 == model_stats(spec, 1).param_bytes
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
 
 
