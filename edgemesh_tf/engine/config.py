@@ -25,7 +25,9 @@ from edgemesh_tf.data import DATASET_NAMES
 from edgemesh_tf.models import MODEL_NAMES
 
 STRATEGIES = ("bsp", "asp", "ssp", "local_sgd", "adsp", "ashl")
-COMPRESSIONS = ("none", "fixed", "ashl")
+COMPRESSIONS = ("none", "fixed", "ashl", "budget")
+STALENESS_RULES = ("published", "project")
+LR_SCHEDULES = ("constant", "cosine")
 
 
 class FieldError(ValueError):
@@ -142,20 +144,47 @@ class SyncConfig:
     adsp_period_s: float = setting(6.0, "ADSP: scheduling period (s).", check=positive(), flag_min=0.01)
     adsp_commits: int = setting(6, "ADSP: initial commits per period (then searched online from the fitted loss "
                                 "curve).", check=int_at_least(1))
-    compression: str | None = setting(None, "Top-k of pushes: none (dense), fixed (top-k at --compression_ratio) "
-                                      "or ashl (per-group ratio that fits the link: a push takes at most "
-                                      "--push_budget of the round's compute, ratio at least --min_ratio). "
+    compression: str | None = setting(None, "Top-k of pushes: none (dense), fixed (top-k at --compression_ratio), "
+                                      "ashl (ASHL's Algorithm 2 as published: per-group ratios, at least "
+                                      "--compress_ratio, so that every round fits the longest one; SHL only unless "
+                                      "--compress_in_ahl) or budget (the project's rule: a push takes at most "
+                                      "--push_budget of its round's compute, ratio at least --min_ratio). "
                                       "Default: ashl for --sync ashl, else none.", choices=COMPRESSIONS)
     ratio: float = setting(0.01, "Fixed top-k ratio (fraction of entries) of --compression fixed.",
                            flag="compression_ratio", check=fraction("a fraction of entries "))
-    min_ratio: float = setting(0.01, "Smallest per-link top-k ratio of --compression ashl (fraction of entries).",
+    compress_ratio: float = setting(0.1, "ASHL's preset top-k ratio r_preset (the authors' --compress_ratio) of "
+                                    "--compression ashl: the smallest ratio Algorithm 2 plans.",
+                                    check=fraction("a fraction of entries "))
+    min_ratio: float = setting(0.01, "Smallest per-link top-k ratio of --compression budget (fraction of entries).",
                                check=fraction("a fraction of entries "))
-    push_budget: float = setting(0.25, "Per-link top-k ratio: a push may take this fraction of its round's compute.",
+    push_budget: float = setting(0.25, "--compression budget: a push may take this fraction of its round's compute.",
                                  check=positive())
-    replan_interval_s: float = setting(10.0, "ASHL: re-plan H, D and R from the rounds measured since the last plan "
+    compress_in_ahl: bool = setting(False, "ASHL (the project's option): compress pushes in AHL too (published: "
+                                    "dense in AHL, top-k in SHL).")
+    phase_shares: bool = setting(False, "ASHL (the project's option): data shares D_i from each phase's own H_i "
+                                 "(published: from SHL's H_i in both phases).")
+    replan: bool = setting(False, "ASHL (the project's option): re-plan H, D and R from measured rounds every "
+                           "--replan_interval_s, on --drift and at the switch (published: planned once from the "
+                           "profile).")
+    staleness_rule: str = setting("published", "SSP's and SHL's gate: published (a commit may land at most "
+                                  "--staleness ahead of the slowest live group, the ASHL authors' server) or project "
+                                  "(a round may start while at most --staleness ahead, so its commit lands one more "
+                                  "ahead).", choices=STALENESS_RULES)
+    lr_schedule: str | None = setting(None, "Learning rate per commit of a group: constant, or cosine (the ASHL "
+                                      "authors': linear warm-up over --lr_warmup commits, cosine decay to 0 over "
+                                      "--lr_cosine_commits, SGD weight decay 5e-4, restarted at the AHL -> SHL switch "
+                                      "without warm-up). Default: cosine for --sync ashl, else constant.",
+                                      choices=LR_SCHEDULES)
+    lr_warmup: int = setting(5, "--lr_schedule cosine: warm-up commits (the authors' 5 scheduler steps).",
+                             check=int_at_least(0))
+    lr_cosine_commits: int = setting(200, "--lr_schedule cosine: commits of a phase over which the rate decays (the "
+                                     "authors' 200 scheduler steps; theirs step once per 6 commits over epochs, ours "
+                                     "once per commit, for runs ~100x shorter).", check=int_at_least(1))
+    replan_interval_s: float = setting(10.0, "ASHL with --replan: re-plan H, D and R from the rounds measured since the last plan "
                                        "this often (s), and at the switch to SHL.", check=positive())
-    error_feedback: bool = setting(True, "Keep what top-k dropped and add it to the next push.")
-    drift: float = setting(0.5, "ASHL: re-plan at once when a group's iteration time is off the plan's by more than "
+    error_feedback: bool = setting(False, "The project's option: keep what top-k dropped and add it to the next "
+                                   "push (published ASHL drops it).")
+    drift: float = setting(0.5, "ASHL with --replan: re-plan at once when a group's iteration time is off the plan's by more than "
                            "this fraction (0.5: 1.5x slower or faster) for --drift_evals evaluations in a row.",
                            check=positive(), flag_min=0.01)
     drift_evals: int = setting(3, "ASHL: evaluation intervals in a row a --drift must last.", check=int_at_least(1))
@@ -163,7 +192,17 @@ class SyncConfig:
     def __post_init__(self):
         if self.compression is None and self.strategy in STRATEGIES:
             object.__setattr__(self, "compression", "ashl" if self.strategy == "ashl" else "none")
+        if self.lr_schedule is None:
+            object.__setattr__(self, "lr_schedule", "cosine" if self.strategy == "ashl" else "constant")
         validate(self)
+        if self.lr_warmup >= self.lr_cosine_commits:
+            raise FieldError(type(self), "lr_warmup", "lr_warmup (%d commits) must be < lr_cosine_commits (%d)"
+                             % (self.lr_warmup, self.lr_cosine_commits))
+
+    @property
+    def weight_decay(self) -> float:
+        """SGD weight decay: the ASHL authors' 5e-4 with their cosine schedule, else none."""
+        return 5e-4 if self.lr_schedule == "cosine" else 0.0
 
 
 @dataclasses.dataclass(frozen=True)

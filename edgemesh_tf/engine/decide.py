@@ -19,8 +19,9 @@ Strategy, in order within a tick:
   profiling  ASHL: once every live group has profiled, plan H_i, D_i, R_i and enter AHL
   stop       stop request, time budget, step budget, every group done, target reached (+ linger)
   evals      record each (with the counters of the tick before its model was pulled); ASHL: switch
-             to SHL at shl_loss (planned from all of AHL's measurements if nothing was measured since
-             the last plan), re-plan on drift or every replan_interval_s; ADSP: search the commit rate
+             to SHL at shl_loss, planned as published from the profile (with `replan`: from measured
+             rounds, and re-plans on drift or every replan_interval_s); ADSP, once per period: search
+             the commit count, catch-up commits and compute-only timers per group
   checkpoint every checkpoint_interval_s
 """
 from __future__ import annotations
@@ -126,8 +127,9 @@ class Decisions:
         self.history: list[tuple[float, float, float]] = []  # (s, accuracy, training loss)
         self.reached: float | None = None
         self.rejected = 0
-        self.search = (adsp.CommitRateSearch(self.sync.shl_loss, initial=self.sync.adsp_commits, min_points=3)
-                       if self.sync.strategy == "adsp" else None)
+        self.search: adsp.CommitRateSearch | None = None  # ADSP's, from its first measured period on
+        self._adsp_next = 0.0  # ADSP: s of the next period's decision
+        self._adsp_count: int | None = None  # ADSP: the commit count a checkpoint saved
         self._ticks: collections.deque = collections.deque(maxlen=200)  # (s, totals, counters) of recent ticks
         self._next_ckpt = cfg.checkpoint_interval_s
         self._last_eval: tuple[float, Totals] = (0.0, {})  # for rates
@@ -154,7 +156,7 @@ class Decisions:
         return {"phase_controller": self.phases.state(), "totals": totals, "elapsed_s": elapsed,
                 "controls": {g: dataclasses.asdict(c) for g, c in self.controls.items()},
                 "history": self.history, "global_steps": steps_of(totals),
-                "adsp_commits": self.search.count if self.search else None}
+                "adsp_commits": self.search.count if self.search else self._adsp_count}
 
     def restore(self, state: Mapping, path: str, clock: float) -> records.Resume:
         self.phases = schedule.PhaseController.from_state(state["phase_controller"])
@@ -167,8 +169,8 @@ class Decisions:
         self._next_ckpt = self.elapsed_before + self.cfg.checkpoint_interval_s
         self._last_eval = (self.elapsed_before, {})
         self.history = [tuple(h) for h in state.get("history", [])]
-        if self.search is not None and state.get("adsp_commits"):
-            self.search.count = int(state["adsp_commits"])
+        if state.get("adsp_commits"):
+            self._adsp_count = int(state["adsp_commits"])
         return records.Resume(checkpoint=path, phase=self.phase, elapsed_s=round(self.elapsed_before, 3),
                               global_steps=int(state["global_steps"]))
 
@@ -343,16 +345,50 @@ class Decisions:
     def _drive(self, snap: Snapshot, totals: Totals, loss: float) -> list:
         if self.sync.strategy == "ashl" and self.phase in ("ahl", "shl"):
             return self._drive_ashl(snap, totals, loss)
-        if self.search is not None and len(self.history) >= 3:
-            t, losses = zip(*[(h[0], h[2]) for h in self.history])
-            count = self.search.update(t, losses)
-            timer = self.sync.adsp_period_s / count
-            if abs(timer - next(iter(self.controls.values())).timer_s) > 1e-9:
-                self.controls = {g: dataclasses.replace(c, timer_s=timer) for g, c in self.controls.items()}
-                return [WriteControls(self.controls), records.Adsp(t=round(snap.now, 3), commits_per_period=count)]
+        if self.sync.strategy == "adsp" and snap.now >= self._adsp_next:
+            return self._drive_adsp(snap, totals)
         return []
 
+    def _drive_adsp(self, snap: Snapshot, totals: Totals) -> list:
+        """ADSP as published, once per period: search the commit count on the fitted loss curve
+        (starting from AHL's commit rate on the measured timings), then give each group the commits
+        that make the cumulative counts meet at the period's end (catch-up) and a timer that counts
+        compute only: period / its commits - its communication time per commit."""
+        period, live = self.sync.adsp_period_s, self.live(totals)
+        if any(t["commits"] < 1 or t["steps"] < 1 for t in live.values()):
+            return []  # nothing measured yet: the initial timer stands
+        comm_s = {g: (t["pull_s"] + t["push_s"]) / t["commits"] for g, t in live.items()}
+        old = self.search.count if self.search else None
+        if self.search is None:
+            initial = self._adsp_count or adsp.initial_commits(
+                period, [t["compute_s"] / t["steps"] for t in live.values()], list(comm_s.values()),
+                self.sync.ahl_h_preset)
+            upper = max(initial, adsp.max_commits(period, max(comm_s.values()), cap=64))
+            self.search = adsp.CommitRateSearch(self.sync.shl_loss, initial=initial, upper=upper, min_points=3,
+                                                period_s=period)
+        elif len(self.history) >= 3:
+            t, losses = zip(*[(h[0], h[2]) for h in self.history])
+            self.search.update(t, losses)
+        self._adsp_next = snap.now + period
+        plan = adsp.commits_per_worker({g: int(snap.counters["commits/" + g]) for g in live}, self.search.count)
+        self.controls = {g: dataclasses.replace(c, timer_s=adsp.compute_interval_s(period, plan[g], comm_s[g]))
+                         if g in plan else c for g, c in self.controls.items()}
+        out = [WriteControls(self.controls)]
+        if self.search.count != old:
+            out.append(records.Adsp(t=round(snap.now, 3), commits_per_period=self.search.count))
+        return out
+
     def _drive_ashl(self, snap: Snapshot, totals: Totals, loss: float) -> list:
+        """The switch to SHL at shl_loss: as published, planned from the profile like AHL; with
+        `replan`, from the rounds measured since the last plan (or all of AHL), and re-plans on drift
+        and every replan_interval_s."""
+        if not self.sync.replan:
+            if self.phase == "ahl" and self.phases.observe_loss(loss, steps_of(totals), snap.now) == "shl":
+                live = self.live(snap.stats)
+                known = [self._timing_of[g] for g in live if g in self._timing_of]
+                return self._plan("shl", known if len(known) == len(live) else self._profiled(snap.stats), totals,
+                                  snap.now, "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss), old_phase="ahl")
+            return []
         live = self._measured(snap.stats, totals)
         drifted = self._drift(totals)
         # a drift with nothing measured since it began (e.g. a group gone silent) waits for the next evaluation

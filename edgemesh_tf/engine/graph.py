@@ -3,8 +3,8 @@ server and the control board.
 
     pull      global model (ps) -> the replica's whole (master) variables and the anchors
     push      delta = master - anchor (+ residual) -> the ps, dense or top-k (`ratio` < 1)
-The replica trains on its slices; `copy_in` / `copy_out` move whole tensors between masters and
-slices around a round (momentum buffers stay the group's own). Bytes: a pull moves
+The replica trains on its slices; `copy_masters_to_slices` / `copy_slices_to_masters` move whole
+tensors between masters and slices around a round (momentum buffers stay the group's own). Bytes: a pull moves
 `ps.pull_bytes`; a dense push `ps.dense_push_bytes`; a top-k push 12 bytes per entry (float32
 value + int64 index), counted when it runs.
 """
@@ -46,10 +46,10 @@ def _master_variables(g: TrainGraph) -> dict:
 
 def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups, *, ps_device: str,
                         learning_rate: float, momentum: float, seed: int, group: str | None,
-                        error_feedback: bool = True, container: str = "") -> ReplicaGraph:
+                        error_feedback: bool = True, container: str = "", weight_decay: float = 0.0) -> ReplicaGraph:
     """The replica of `group` (None: the chief's evaluation replica, which never pushes)."""
     g = build_train_graph(spec, layout, batch_size, learning_rate=learning_rate, momentum=momentum, seed=seed,
-                          master_device=layout.devices[0], container=container)
+                          master_device=layout.devices[0], container=container, weight_decay=weight_decay)
     masters = _master_variables(g)
     device = layout.devices[0]
     with g.graph.as_default():

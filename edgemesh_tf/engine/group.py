@@ -72,12 +72,14 @@ class GroupRunner:
         self.g: ReplicaGraph = build_replica_graph(
             spec, layout, self.spec_g.batch_size, cfg.group_names, ps_device=cfg.ps_device,
             learning_rate=cfg.learning_rate, momentum=cfg.momentum, seed=cfg.seed, group=self.name,
-            error_feedback=cfg.sync.error_feedback, container=self._container(restart))
+            error_feedback=cfg.sync.error_feedback, container=self._container(restart),
+            weight_decay=cfg.sync.weight_decay)
         self.restart = restart
         self.devices = sorted({"/job:ps"} | set(layout.devices))
         self.totals = {f: 0.0 for f in CUMULATIVE}
         self.profile, self._prof_steps, self._prof_comm = {}, [], []
         self._share, self._stream, self._round = None, None, 0
+        self._phase, self._phase_commits = None, 0  # the phase of the last round, commits made in it
         self._pending = None  # the last round's report, written with the next read of the board
         self._last_loss, self._last_round_s = float("nan"), 0.0
         self._done = False  # made its max_rounds: every later report says so
@@ -134,15 +136,15 @@ class GroupRunner:
                                         self.cfg.seed * 1000 + self.index)
         return self._stream
 
-    def _train_steps(self, sess, rule, stream) -> tuple[int, list[float], list[float]]:
-        """Local iterations of one round; returns (count, losses, step seconds)."""
+    def _train_steps(self, sess, rule, stream, lr: float) -> tuple[int, list[float], list[float]]:
+        """Local iterations of one round at learning rate `lr`; returns (count, losses, step seconds).
+        A timer round (ADSP) ends once its iterations took timer_s: compute only, as ADSP counts it."""
         g = self.g.train
         losses, times = [], []
-        start = time.monotonic()
         while True:
             xb, yb = next(stream)
             t0 = time.monotonic()
-            loss, _ = self._run(sess, [g.loss, g.train_op], {g.images: xb, g.labels: yb})
+            loss, _ = self._run(sess, [g.loss, g.train_op], {g.images: xb, g.labels: yb, g.learning_rate: lr})
             dt = time.monotonic() - t0
             if self.delay > 1.0:
                 time.sleep((self.delay - 1.0) * dt)
@@ -150,7 +152,7 @@ class GroupRunner:
             losses.append(float(loss))
             if rule.local_steps > 0 and len(times) >= rule.local_steps:
                 break
-            if rule.local_steps == 0 and time.monotonic() - start >= rule.timer_s:
+            if rule.local_steps == 0 and sum(times) >= rule.timer_s:
                 break
         return len(times), losses, times
 
@@ -196,7 +198,8 @@ class GroupRunner:
         xb, yb = next(batches(self.data.train_x, self.data.train_y, self.spec_g.batch_size, 0))
         # the fetches of `_train_steps`: TF builds an executor per fetch signature, and that build (about
         # 0.5 s on a slow device) must not land in the first timed iteration (it skews ASHL's profile)
-        self._run(sess, [g.train.loss, g.train.train_op], {g.train.images: xb, g.train.labels: yb})
+        self._run(sess, [g.train.loss, g.train.train_op], {g.train.images: xb, g.train.labels: yb,
+                                                           g.train.learning_rate: self.cfg.learning_rate})
         self._run(sess, g.train.copy_slices_to_masters)
         for push, ratio in ((g.push_dense, 1.0), (g.push_sparse, 0.5)):
             self._run(sess, push, {g.ratio: ratio, g.scale: 0.0})
@@ -210,12 +213,16 @@ class GroupRunner:
         phase = board.phase_of(vals)
         controls = board.controls_of(vals)
         rule = rules.round_rule(self.cfg.sync, phase, controls[self.name])
+        if phase != self._phase:  # the learning-rate schedule restarts with each phase
+            self._phase, self._phase_commits = phase, 0
+        lr = rules.learning_rate(self.cfg.sync, self.cfg.learning_rate, phase, self._phase_commits)
         t_start = time.time()
         own = self._commits(vals)[self.name]
         waited = 0.0
         if rule.wait == "staleness":
             waited, vals = self._wait(sess, lambda v: rules.staleness_passed(
-                own, rule.bound, self._commits(v), board.controls_of(v)), "the slowest group (staleness bound)")
+                own, rule.bound, self._commits(v), board.controls_of(v), self.cfg.sync.staleness_rule),
+                "the slowest group (staleness bound)")
             if board.stopped(vals):  # the wait ended on the stop flag, not on the bound: no new round
                 return
         seen = self._commits(vals)
@@ -223,7 +230,7 @@ class GroupRunner:
         self._run(sess, self.g.pull)
         self._run(sess, self.g.train.copy_masters_to_slices)
         pull_s = time.monotonic() - t0
-        n, losses, step_s = self._train_steps(sess, rule, self._batches(controls))
+        n, losses, step_s = self._train_steps(sess, rule, self._batches(controls), lr)
         if rule.wait == "barrier":  # BSP: nobody pushes round r+1 before every live group has pulled it
             w, vals = self._wait(sess, lambda v: rules.barrier_passed(own + 1, self._counts(v, "pulls"),
                                                                       board.controls_of(v)),
@@ -237,6 +244,7 @@ class GroupRunner:
         out = self._run(sess, push, {self.g.ratio: min(1.0, rule.ratio), self.g.scale: rule.scale})
         push_s = time.monotonic() - t1
         own_after = own + int(bool(out["accepted"]))
+        self._phase_commits += 1
         if rule.wait == "barrier":
             w, _ = self._wait(sess, lambda v: rules.barrier_passed(own_after, self._commits(v), board.controls_of(v)),
                               "every live group's commit %d (barrier)" % own_after)
@@ -257,7 +265,8 @@ class GroupRunner:
         rec = {"round": self._round, "phase": phase, "t_start": t_start, "t_end": time.time(),
                "commits_before": own, "commits_seen": seen, "bound": rule.bound, "wait": rule.wait,
                "steps": n, "loss": statistics.fmean(losses), "ratio": rule.ratio, "bytes": int(out["bytes"]),
-               "accepted": bool(out["accepted"]), "version": int(out["version"]), "wait_s": round(waited, 4)}
+               "accepted": bool(out["accepted"]), "version": int(out["version"]), "wait_s": round(waited, 4),
+               "learning_rate": lr}
         self.log.write(json.dumps(rec) + "\n")
         self.log.flush()
         self._pending = self._stats(rec["loss"], round_s=time.time() - t_start)

@@ -91,7 +91,8 @@ def batch_shares(batch_sizes: Mapping[str, int]) -> dict[str, float]:
 
 
 def initial_controls(sync: SyncConfig, batch_sizes: Mapping[str, int]) -> dict[str, GroupControl]:
-    """Controls before any measurement: ASHL profiles with `profile_steps` iterations per dense commit."""
+    """Controls before any measurement: ASHL profiles with `profile_steps` iterations per dense commit;
+    ADSP commits on a timer of period / adsp_commits until its first measured period."""
     shares = batch_shares(batch_sizes)
     ratio = sync.ratio if sync.compression == "fixed" else 1.0
     steps = {"local_sgd": sync.local_steps, "adsp": 0, "ashl": sync.profile_steps}.get(sync.strategy, 1)
@@ -100,18 +101,41 @@ def initial_controls(sync: SyncConfig, batch_sizes: Mapping[str, int]) -> dict[s
             for g in batch_sizes}
 
 
-def ashl_controls(sync: SyncConfig, timings: Sequence[schedule.WorkerTiming], phase: str,
-                  previous: Mapping[str, GroupControl]) -> dict[str, GroupControl]:
-    """ASHL's H_i, D_i and R_i for `phase` ("ahl" or "shl") from the groups' measured timings (ms):
-    `schedule.plan_rounds` (ratios that fit each link) for compression "ashl"."""
+def _rounds(sync: SyncConfig, timings: Sequence[schedule.WorkerTiming], phase: str
+            ) -> tuple[dict[str, int], dict[str, float]]:
+    """(H, R) of one phase: ASHL's Algorithm 2 (`schedule.plan_rounds_published`) unless compression
+    is "budget" (`schedule.plan_rounds`, the project's rule); pushes are compressed in SHL, and in
+    AHL with compress_in_ahl."""
     preset = sync.ahl_h_preset if phase == "ahl" else sync.shl_h_preset
-    h, ratios = schedule.plan_rounds(timings, preset, sync.min_ratio,
-                                     sync.push_budget if sync.compression == "ashl" else None)
+    compress = phase == "shl" or sync.compress_in_ahl
+    if sync.compression == "budget":
+        return schedule.plan_rounds(timings, preset, sync.min_ratio, sync.push_budget if compress else None)
+    h, ratios = schedule.plan_rounds_published(timings, preset, sync.compress_ratio,
+                                               compress=compress and sync.compression == "ashl")
     if sync.compression == "fixed":
         ratios = {t.name: sync.ratio for t in timings}
-    shares = schedule.data_shares(h)
+    return h, ratios
+
+
+def ashl_controls(sync: SyncConfig, timings: Sequence[schedule.WorkerTiming], phase: str,
+                  previous: Mapping[str, GroupControl]) -> dict[str, GroupControl]:
+    """ASHL's H_i, R_i and D_i for `phase` ("ahl" or "shl") from the groups' timings (ms). As
+    published, D_i = H_i / sum H of SHL's plan in both phases (phase_shares: of this phase's plan)."""
+    h, ratios = _rounds(sync, timings, phase)
+    shares = schedule.data_shares(h if sync.phase_shares else _rounds(sync, timings, "shl")[0])
     return {t.name: dataclasses.replace(previous[t.name], local_steps=h[t.name], ratio=ratios[t.name],
                                         scale=shares[t.name], share=shares[t.name]) for t in timings}
+
+
+def learning_rate(sync: SyncConfig, base_lr: float, phase: str, commits_in_phase: int) -> float:
+    """A group's learning rate for its next round: `base_lr`, or with lr_schedule "cosine" the ASHL
+    authors' warm-up (lr_warmup commits; not in SHL, which restarts the decay) then cosine decay over
+    lr_cosine_commits commits of the phase (`schedule.lr_warmup_cosine`). ASHL's profiling round
+    trains at base_lr."""
+    if sync.lr_schedule == "constant" or phase == "profiling":
+        return base_lr
+    warmup = 0 if phase == "shl" else sync.lr_warmup
+    return schedule.lr_warmup_cosine(commits_in_phase, sync.lr_cosine_commits, base_lr, warmup)
 
 
 def round_rule(sync: SyncConfig, phase: str, control: GroupControl) -> RoundRule:
@@ -227,11 +251,12 @@ def barrier_passed(own_commits: int, commits: Mapping[str, int], controls: Mappi
 
 
 def staleness_passed(own_commits: int, bound: int, commits: Mapping[str, int],
-                     controls: Mapping[str, GroupControl]) -> bool:
-    """SSP / SHL: this group may start a round while it is at most `bound` commits ahead of the
-    slowest live group."""
+                     controls: Mapping[str, GroupControl], rule: str = "published") -> bool:
+    """SSP / SHL: may this group start a round? published: its commit would land at most `bound`
+    commits ahead of the slowest live group; project: it is at most `bound` ahead now
+    (`schedule.StalenessGate`)."""
     live = live_counts(commits, controls)
-    return not live or schedule.StalenessGate(bound).may_commit(own_commits, live)
+    return not live or schedule.StalenessGate(bound, rule).may_commit(own_commits, live)
 
 
 def shard_range(shares: Mapping[str, float], group: str, n: int) -> tuple[int, int]:

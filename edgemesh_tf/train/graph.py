@@ -36,6 +36,7 @@ class TrainGraph:
     copy_masters_to_slices: tf.Operation
     copy_slices_to_masters: tf.Operation
     saver: tf.train.Saver
+    learning_rate: tf.Tensor   # float32 scalar, fed per step (default: the build's learning_rate)
     gradients: dict            # master variable name -> whole-tensor gradient (tf.Tensor)
     weights: dict              # master variable name -> whole-tensor value read from the slices
     layout: Layout
@@ -74,8 +75,9 @@ class _Placer:
 
 def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learning_rate: float = 0.05,
                       momentum: float = 0.9, seed: int = 0, master_device: str | None = None,
-                      mesh_impl=None, container: str = "") -> TrainGraph:
-    """Builds the model, its loss and one SGD-with-momentum step under ``layout``.
+                      mesh_impl=None, container: str = "", weight_decay: float = 0.0) -> TrainGraph:
+    """Builds the model, its loss and one SGD-with-momentum step under ``layout``:
+    ``m = momentum·m + g + weight_decay·w; w -= lr·m`` (PyTorch's SGD), lr fed as ``learning_rate``.
 
     Args:
       master_device: where whole (master) variables live; defaults to the layout's first device.
@@ -98,6 +100,7 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
             images = tf.placeholder(tf.float32, [batch_size, *spec.image_shape], name="images")
             labels = tf.placeholder(tf.int32, [batch_size], name="labels")
             global_step = tf.train.get_or_create_global_step()
+            lr = tf.placeholder_with_default(tf.constant(float(learning_rate), tf.float32), [], name="learning_rate")
         loss, logits = mesh_model.loss_and_logits(spec, mesh, images, labels, batch_size, seed)
         weights = list(mtf_graph.trainable_variables)
         grads = mtf.gradients([loss], [v.outputs[0] for v in weights])
@@ -117,16 +120,18 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
             m_slices = lowering.variables[slot.operation].laid_out_tensor.all_slices
             for dev, w, m, g in zip(mesh_impl.devices, w_slices, m_slices, g_slices):
                 with tf.device(dev):
+                    if weight_decay:  # read before w's update below, which waits for m_new
+                        g = g + weight_decay * w.read_value()
                     with tf.control_dependencies(_reads_of(m, step_ops)):
                         m_new = m.assign(momentum * m + g)
                     with tf.control_dependencies(_reads_of(w, step_ops)):
-                        updates.append(w.assign_sub(learning_rate * m_new))
+                        updates.append(w.assign_sub(lr * m_new))
         with tf.control_dependencies(updates), tf.device(master):
             train_op = global_step.assign_add(1).op
 
         return TrainGraph(
             graph=graph, images=images, labels=labels, loss=tf_loss,
-            logits=lowering.export_to_tf_tensor(logits), train_op=train_op, global_step=global_step,
+            logits=lowering.export_to_tf_tensor(logits), train_op=train_op, global_step=global_step, learning_rate=lr,
             init_op=tf.global_variables_initializer(),
             copy_masters_to_slices=lowering.copy_masters_to_slices(),
             copy_slices_to_masters=lowering.copy_slices_to_masters(),

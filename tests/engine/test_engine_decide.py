@@ -183,17 +183,27 @@ def test_state_round_trip_resumes_phase_controls_and_counts():
     assert fresh.totals(_stats(a={"steps": 1, "incarnation": 5.0}))["a"]["steps"] == 9
 
 
-def test_adsp_search_changes_the_timer():
-    m = _machine(sync=SyncConfig(strategy="adsp", shl_loss=0.2, adsp_period_s=6.0, adsp_commits=6))
+def test_adsp_as_published_catch_up_and_compute_only_timers():
+    m = _machine(sync=SyncConfig(strategy="adsp", shl_loss=0.2, adsp_period_s=6.0, adsp_commits=6), lost_after_s=100.0)
     m.begin()
-    assert all(abs(c.timer_s - 1.0) < 1e-9 for c in m.controls.values())
+    assert all(abs(c.timer_s - 1.0) < 1e-9 for c in m.controls.values())  # before anything is measured
+    # a: 10 ms/iter, 0.5 s of communication per commit, 4 commits; b: 40 ms/iter, 1 s per commit, 2 commits
+    stats = _stats(a={"steps": 100, "commits": 4, "compute_s": 1.0, "pull_s": 1.0, "push_s": 1.0},
+                   b={"steps": 25, "commits": 2, "compute_s": 1.0, "pull_s": 1.0, "push_s": 1.0})
+    acts = m.step(_snap(1.0, stats, _counters(**{"commits/a": 4, "commits/b": 2}), evals=[(0.9, 0.3, 1.0)]))
+    # AHL's commit rate on the slowest: 6 s // (8 x 40 ms + 1 s) = 4 commits per period
+    assert m.search.count == 4 and m.search.period_s == 6.0
+    assert _kinds(acts) == ["Evaluated", "WriteControls", "Adsp"]
+    # catch-up: the counts meet at 4 + 4 = 8; a makes 4 commits (6/4 - 0.5 s), b 6 (6/6 - 1 s)
+    assert m.controls["a"].timer_s == pytest.approx(1.0) and m.controls["b"].timer_s == pytest.approx(0.0)
+    # once per period: nothing before 7 s
+    assert _kinds(m.step(_snap(3.0, stats, evals=[(2.9, 0.3, 0.9)]))) == ["Evaluated"]
     out = []
     for i in range(12):
-        t = 0.5 * (i + 1)
-        out += m.step(_snap(t + 0.05, evals=[(t, 0.5, 1.0 / (0.5 * t + 1) + 0.1)]))
-    adsp = [a for a in out if isinstance(a, records.Adsp)]
-    assert adsp and m.search.count == adsp[-1].commits_per_period
-    assert all(abs(c.timer_s - 6.0 / m.search.count) < 1e-9 for c in m.controls.values())
+        t = 4.0 + i
+        out += m.step(_snap(t + 0.05, stats, evals=[(t, 0.5, 1.0 / (0.5 * t + 1) + 0.1)]))
+    assert len([a for a in out if isinstance(a, decide.WriteControls)]) == 2  # at 7.05 and 13.05 s
+    assert len(m.search.trials) >= 1  # a whole period of evaluations decided the count once
 
 
 def test_records_round_trip_through_json(tmp_path):

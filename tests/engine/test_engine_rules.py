@@ -23,8 +23,46 @@ def test_each_strategy_round_rule(strategy, steps, wait):
     assert rule.timer_s == (pytest.approx(1.0) if strategy == "adsp" else 0.0)
 
 
+def test_ashl_published_plan_dense_ahl_topk_shl_shares_from_shl():
+    """ASHL's Algorithm 2 as published (issue 16's worked example): dense AHL with H_preset 8 gives
+    H = [39, 18, 11, 8]; SHL compresses with ratios >= r_preset; both phases share D_i from SHL's H."""
+    sync = SyncConfig(strategy="ashl", compress_ratio=0.1)
+    timings = [WorkerTiming(n, it, 2 * c, c, c) for n, it, c in (("a", 100, 50), ("b", 200, 200), ("c", 300, 300),
+                                                                  ("d", 400, 400))]
+    prev = rules.initial_controls(sync, {n: 32 for n in "abcd"})
+    ahl = rules.ashl_controls(sync, timings, "ahl", prev)
+    shl = rules.ashl_controls(sync, timings, "shl", ahl)
+    assert [ahl[n].local_steps for n in "abcd"] == [39, 18, 11, 8]
+    assert all(ahl[n].ratio == 1.0 for n in "abcd")  # dense in AHL
+    assert shl["d"].local_steps == 2 and all(0.1 <= shl[n].ratio <= 1.0 for n in "abcd")
+    assert min(shl[n].ratio for n in "abcd") < 1.0
+    h_shl = {n: shl[n].local_steps for n in "abcd"}
+    for n in "abcd":  # the same shares in both phases, from SHL's H
+        assert ahl[n].share == shl[n].share == pytest.approx(h_shl[n] / sum(h_shl.values()))
+    # the project's options: compressed AHL, per-phase shares
+    own = rules.ashl_controls(dataclasses.replace(sync, compress_in_ahl=True, phase_shares=True), timings, "ahl", prev)
+    assert own["a"].share == pytest.approx(own["a"].local_steps / sum(own[n].local_steps for n in "abcd"))
+    assert min(own[n].ratio for n in "abcd") < 1.0
+
+
+def test_learning_rate_schedule_warms_up_in_ahl_and_restarts_in_shl():
+    cos = SyncConfig(strategy="ashl", lr_warmup=5, lr_cosine_commits=200)
+    assert cos.lr_schedule == "cosine" and cos.weight_decay == 5e-4
+    assert rules.learning_rate(cos, 0.1, "profiling", 3) == 0.1
+    assert rules.learning_rate(cos, 0.1, "ahl", 0) == 0.0  # the authors' warm-up starts at 0
+    assert rules.learning_rate(cos, 0.1, "ahl", 5) == pytest.approx(0.1)
+    assert rules.learning_rate(cos, 0.1, "ahl", 100) < 0.1
+    assert rules.learning_rate(cos, 0.1, "shl", 0) == pytest.approx(0.1)  # restart, no warm-up
+    flat = SyncConfig(strategy="adsp")
+    assert flat.lr_schedule == "constant" and flat.weight_decay == 0.0
+    assert rules.learning_rate(flat, 0.1, "train", 1000) == 0.1
+    with pytest.raises(ValueError, match="lr_warmup .* must be < lr_cosine_commits"):
+        SyncConfig(lr_warmup=10, lr_cosine_commits=10)
+
+
 def test_ashl_shl_waits_with_its_staleness_bound_and_plans_from_timings():
-    sync = SyncConfig(strategy="ashl", staleness=2, push_budget=0.25)
+    sync = SyncConfig(strategy="ashl", staleness=2, push_budget=0.25, compression="budget", compress_in_ahl=True,
+                      phase_shares=True)
     timings = [WorkerTiming("a", 10.0, 100.0, 60.0, 40.0), WorkerTiming("b", 40.0, 400.0, 300.0, 100.0)]
     prev = rules.initial_controls(sync, {"a": 32, "b": 32})
     ahl = rules.ashl_controls(sync, timings, "ahl", prev)
@@ -52,8 +90,12 @@ def test_gates_skip_lost_groups():
     commits = {"a": 5, "b": 1}
     assert not rules.barrier_passed(5, commits, {"a": live, "b": live})
     assert rules.barrier_passed(5, commits, {"a": live, "b": lost})
-    assert not rules.staleness_passed(5, 3, commits, {"a": live, "b": live})
-    assert rules.staleness_passed(4, 3, commits, {"a": live, "b": live})
+    # published (the default): the commit a round ends with may land at most 3 ahead of the slowest
+    assert not rules.staleness_passed(4, 3, commits, {"a": live, "b": live})
+    assert rules.staleness_passed(3, 3, commits, {"a": live, "b": live})
+    # project: a round may start while at most 3 ahead (its commit lands 4 ahead)
+    assert rules.staleness_passed(4, 3, commits, {"a": live, "b": live}, "project")
+    assert not rules.staleness_passed(5, 3, commits, {"a": live, "b": live}, "project")
     assert rules.staleness_passed(5, 3, commits, {"a": live, "b": lost})
 
 
