@@ -176,7 +176,8 @@ def test_every_flag_of_run_reaches_the_main_job_and_its_job_config(tmp_path):
         else:
             assert _field(cfg, flag) == w["value"], (flag, w["value"], _field(cfg, flag))
             field = FIELD_OF_FLAG.get(flag, flag)
-            allowed = {field, "sync." + field, "sync.compression"}  # compression follows the strategy
+            # compression and the lr schedule follow the strategy
+            allowed = {field, "sync." + field, "sync.compression", "sync.lr_schedule"}
             ok, diff = _changed_only(cfg0, cfg, allowed | {"logdir"})  # a fresh logdir per run
             assert ok, (flag, diff)
 
@@ -214,7 +215,7 @@ def test_every_flag_of_train_cluster_reaches_the_job_config(tmp_path):
         else:
             assert _field(cfg, flag) == w["value"], (flag, w["value"], _field(cfg, flag))
             field = FIELD_OF_FLAG.get(flag, flag)
-            ok, diff = _changed_only(cfg0, cfg, {field, "sync." + field, "sync.compression"})
+            ok, diff = _changed_only(cfg0, cfg, {field, "sync." + field, "sync.compression", "sync.lr_schedule"})
             assert ok, (flag, diff)
 
 
