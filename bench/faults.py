@@ -137,7 +137,7 @@ def scenario_d(cluster, args, work):
     victim = max(cluster.workers, key=lambda d: (d.speed or 1.0, d.name)).name
     budget, slow_at = args.d_budget_s, 0.3 * args.d_budget_s
     window = 0.6 * budget  # the last 40% of the run: after the slow-down and the re-plan
-    sync = SyncConfig(strategy="ashl", shl_loss=1e-9)  # AHL throughout: one phase, so rates compare
+    sync = SyncConfig(strategy="ashl", shl_loss=1e-9, replan=True)  # AHL throughout: one phase, so rates compare
     runs = {}
     for label in ("slowed_mid_run", "fresh_plan"):
         logdir = os.path.join(work, "d-" + label)
