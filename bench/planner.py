@@ -1,6 +1,10 @@
 """The planner against measurement on the emulated testbed.
 
     python bench/planner.py --cluster layouts/edge4.yaml [--model vgg] [--dataset digits] [--batch 32]
+    python bench/planner.py --planning_only          # step 0 only: no testbed, no root
+
+0. Planning time at scale (no testbed): plans vgg at 32x32 on 16, 64 and 256 synthetic devices
+   (1-8 GFLOP/s, 10-1000 Mbit/s, 1-10 ms) and records the seconds, groups and idle devices.
 
 1. Starts the emulated cluster, profiles every worker (edgemesh profile), plans one group over all
    workers (edgemesh plan --groups 1) and builds the even split over the same devices.
@@ -15,6 +19,7 @@ Prints one JSON object.
 """
 import argparse
 import json
+import random
 import statistics
 import sys
 import time
@@ -25,6 +30,7 @@ from edgemesh_tf.mesh.layout import Layout, even_split
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan, predict
 from edgemesh_tf.profile.run import profile_workers
+from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
 from edgemesh_tf.profile.step_timer import LayoutRunner, measure_memory, measure_side_by_side
 
 
@@ -37,6 +43,29 @@ def even_layout(spec, devices):
     return layout, shares
 
 
+def planning_scale(sizes=(16, 64, 256), seed=0):
+    """Seconds to plan vgg (32x32x3, batch 32) on n synthetic devices; layer ms = 3 x forward FLOPs / speed."""
+    spec = get_model("vgg", (32, 32, 3), 10)
+    stats = model_stats(spec, 32)
+    out = {}
+    for n in sizes:
+        rng = random.Random(seed)
+        devs = []
+        for i in range(n):
+            gflops = rng.choice([1, 2, 4, 8])
+            layers = tuple(LayerTiming(d.name, 3 * d.flops * 32 / (gflops * 1e6)) for d in stats.dims)
+            devs.append(DeviceProfile("edge%d" % i, "/job:worker/task:%d/device:CPU:0" % i, layers,
+                                      rng.choice([256, 512, 1024]) << 20, float(rng.choice([10, 50, 100, 1000])),
+                                      float(rng.choice([1, 2, 5, 10])), 1.0))
+        t0 = time.perf_counter()
+        result = plan(Profile(spec.name, 32, spec.image_shape, 10, tuple(devs)), spec)
+        out[str(n)] = {"seconds": round(time.perf_counter() - t0, 2), "kind": result.kind,
+                       "groups": [len(g.names) for g in result.groups], "idle": len(result.idle),
+                       "effective_examples_per_sec": round(result.examples_per_sec, 1),
+                       "alternatives": {k: round(v, 1) for k, v in result.alternatives}}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster", default="layouts/edge4.yaml")
@@ -47,13 +76,19 @@ def main():
     ap.add_argument("--memory_models", default="vgg_wide,vgg", help="models of the memory comparison ('' for none)")
     ap.add_argument("--memory_dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
     ap.add_argument("--memory_batch", type=int, default=16)
+    ap.add_argument("--planning_only", action="store_true", help="only the planning time at scale (no testbed)")
     args = ap.parse_args()
     t_start = time.time()
+    scale = planning_scale()
+    if args.planning_only:
+        print(json.dumps({"planning_s": scale, "planning_256_under_5s": scale["256"]["seconds"] < 5.0}))
+        return
     spec = get_model(args.model, IMAGE_SHAPES[args.dataset], 10)
     cluster = load_cluster(args.cluster)
     workers = [d.name for d in cluster.workers]
     master = cluster.master.device_string
-    out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch}
+    out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch,
+           "planning_s": scale, "planning_256_under_5s": scale["256"]["seconds"] < 5.0}
 
     with emulated_cluster(cluster) as em:
         t0 = time.time()

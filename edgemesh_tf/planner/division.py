@@ -20,26 +20,31 @@ median, within 6% at the 90th percentile (worst seen 28%), and never missed a fe
 
 The step time that is reported (and checked against measurement) is the event simulation of
 ``simulate``, which the layer-by-layer objective bounds from above. The exact per-layer solution is
-the starting point of a local search on the simulated step: per layer, replicate it or move one
-quantum between two devices, take the best improving move, repeat (groups of up to POLISH_MAX_DEVICES
-devices; larger groups keep the layer-by-layer optimum, which keeps planning 16 devices fast).
+the starting point of ``polish``'s local search on the simulated step (groups of up to
+POLISH_MAX_DEVICES devices; larger groups keep the layer-by-layer optimum). With ``subsets`` a
+group uses only its fastest m devices (m chosen on the predicted step ms), so a group is never
+predicted slower than its fastest device alone.
 """
 from __future__ import annotations
 
 import dataclasses
 import heapq
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
-from edgemesh_tf.mesh.layout import Layout, even_split
+from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.planner.cost import (GroupPrediction, LayerCoeffs, Shares, check_group, fixed_memory_bytes,
                                       layer_coeffs, predict)
 from edgemesh_tf.planner.model_stats import ModelStats
+from edgemesh_tf.planner.polish import memory_bytes
+from edgemesh_tf.planner.polish import polish as polish_shares
 from edgemesh_tf.profile.types import DeviceProfile
 
 MESH_DIM = "model"
-POLISH_MAX_DEVICES = 6
-POLISH_MAX_ROUNDS = 200
+BATCH_DIM = "batch"  # the batch tensor dim and the mesh dim of synchronous data parallelism
+POLISH_MAX_DEVICES = 8
+SUBSET_EXHAUSTIVE = 8  # groups up to this many devices try every subset size m
+POLISH_SUBSETS = 2  # subset sizes polished (the best unpolished ones)
 
 
 class PlanError(ValueError):
@@ -123,26 +128,109 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
 
 @dataclasses.dataclass(frozen=True)
 class Division:
-    """The filter division of one group: shares per dim (None = replicated) and the prediction."""
+    """The filter division of one group: its devices (profile names and TF device strings, ring
+    order), shares per dim (None = replicated) and the prediction."""
 
     names: tuple[str, ...]
     devices: tuple[str, ...]
     assignment: tuple[tuple[str, Shares], ...]
     prediction: GroupPrediction
+    idle: tuple[str, ...] = ()  # devices of the group given to ``divide`` that get no units (profile names)
+    batch_shares: tuple[int, ...] | None = None  # synchronous data parallelism: examples per device
 
     def layout(self) -> Layout:
-        """The group's Layout: mesh {model: k}, split dims -> model with their sizes."""
-        split = [(dim, s) for dim, s in self.assignment if s is not None and len(self.devices) > 1]
-        return Layout(mesh=((MESH_DIM, len(self.devices)),), devices=self.devices,
+        """The group's Layout: mesh {model: k}, split dims -> model with their sizes; with
+        ``batch_shares``, mesh {batch: k} and the batch dim split by them (every layer whole)."""
+        k = len(self.devices)
+        if self.batch_shares is not None and k > 1:
+            return Layout(mesh=((BATCH_DIM, k),), devices=self.devices, rules=((BATCH_DIM, BATCH_DIM),),
+                          sizes=((BATCH_DIM, self.batch_shares),)).validate()
+        split = [(dim, s) for dim, s in self.assignment if s is not None and k > 1]
+        return Layout(mesh=((MESH_DIM, k),), devices=self.devices,
                       rules=tuple((dim, MESH_DIM) for dim, _ in split), sizes=tuple(split)).validate()
 
 
+def speed(device: DeviceProfile) -> float:
+    """Steps per ms of the whole model on ``device`` alone (1 / sum of its layer ms)."""
+    total = sum(t.compute_ms for t in device.layers)
+    return 1.0 / total if total > 0 else math.inf
+
+
+def fastest_first(devices: Sequence[DeviceProfile]) -> list[int]:
+    """Positions of ``devices``, fastest (``speed``) first; ties keep their order."""
+    return sorted(range(len(devices)), key=lambda i: (-speed(devices[i]), i))
+
+
+def min_over_sizes(cost: Callable[[int], float], n: int, exhaustive: int = SUBSET_EXHAUSTIVE) -> int:
+    """The size m in 1..n with the least ``cost(m)``: every m when n <= ``exhaustive``, else the
+    sizes 1, 2, 3, 4, 6, 8, 12, ... (about x1.5 apart), then a ternary search between the best one's
+    neighbours (assumes the cost is unimodal there). Costs are evaluated once each."""
+    seen: dict[int, float] = {}
+
+    def f(m):
+        if m not in seen:
+            seen[m] = cost(m)
+        return seen[m]
+
+    if n <= exhaustive:
+        return min(range(1, n + 1), key=lambda m: (f(m), m))
+    grid, m = [], 1
+    while m < n:
+        grid.append(m)
+        m = max(m + 1, int(m * 1.5))
+    grid.append(n)
+    j = min(range(len(grid)), key=lambda j: (f(grid[j]), grid[j]))
+    lo, hi = grid[max(j - 1, 0)], grid[min(j + 1, len(grid) - 1)]
+    while hi - lo > 2:
+        a, b = lo + (hi - lo) // 3, hi - (hi - lo) // 3
+        if f(a) <= f(b):
+            hi = b
+        else:
+            lo = a
+    return min(list(range(lo, hi + 1)) + [grid[j]], key=lambda m: (f(m), m))
+
+
 def divide(group: Sequence[DeviceProfile], stats: ModelStats, *, chunks: int | None = None,
-           profile_batch: int | None = None, ps_bandwidth_mbit: float = math.inf, polish: bool = True) -> Division:
+           profile_batch: int | None = None, ps_bandwidth_mbit: float = math.inf, polish: bool = True,
+           subsets: bool = False) -> Division:
     """Divides every layer's filters over ``group`` (ring order) for the least predicted step ms
     within each device's ``memory_bytes``; raises PlanError if no division fits. ``polish``: run
-    the local search on the simulated step (see the module docstring)."""
+    the local search on the simulated step (see the module docstring).
+
+    subsets: the group may use only its fastest m devices (``fastest_first``; m chosen by
+    ``min_over_sizes`` on the predicted step ms, the chosen ones keep their ring order); the others
+    get no units and are listed in ``Division.idle``. Default: every device of ``group`` is used.
+    """
     check_group(group)
+    if not subsets or len(group) == 1:
+        return _divide(group, stats, chunks, profile_batch, ps_bandwidth_mbit, polish)
+    order, tried = fastest_first(group), {}
+    subset = lambda m: [group[i] for i in sorted(order[:m])]
+
+    def attempt(m: int) -> float:
+        try:
+            tried[m] = _divide(subset(m), stats, chunks, profile_batch, ps_bandwidth_mbit, False)
+        except PlanError as e:
+            tried[m] = e
+            return math.inf
+        return tried[m].prediction.step_ms
+
+    m = min_over_sizes(attempt, len(group))
+    if isinstance(tried[m], PlanError):
+        raise tried[len(group)] if isinstance(tried.get(len(group)), PlanError) else tried[m]
+    fitting = sorted((d.prediction.step_ms, n) for n, d in tried.items() if isinstance(d, Division) and n > 1)
+    best = tried[m]
+    for _, n in (fitting[:POLISH_SUBSETS] if polish else []):  # polish the best few sizes, keep the best
+        polished = _divide(subset(n), stats, chunks, profile_batch, ps_bandwidth_mbit, True)
+        if polished.prediction.step_ms < best.prediction.step_ms:
+            best = polished
+    idle = tuple(d.name for d in group if d.name not in best.names)
+    return dataclasses.replace(best, idle=idle)
+
+
+def _divide(group: Sequence[DeviceProfile], stats: ModelStats, chunks, profile_batch, ps_bandwidth_mbit,
+            polish) -> Division:
+    """``divide`` over every device of ``group``."""
     k, pb = len(group), profile_batch or stats.batch
     coeffs = [layer_coeffs(group, d, stats.batch, pb) for d in stats.dims]
     quanta = [quantum(d.units, k, chunks) if k > 1 else None for d in stats.dims]
@@ -158,13 +246,18 @@ def divide(group: Sequence[DeviceProfile], stats: ModelStats, *, chunks: int | N
         return None
 
     shares = [solve(l) for l in range(len(coeffs))]
+    fits = lambda sh: all(m <= d.memory_bytes for m, d in zip(memory_bytes(stats, coeffs, sh, k), group))
+    packed = _pack_memory(group, stats, coeffs, quanta) if k > 1 and (polish or not fits(shares)) else None
     while True:
         held = [s or (co.units,) * k for s, co in zip(shares, coeffs)]
-        mem = _memory(stats, coeffs, shares, k)
+        mem = memory_bytes(stats, coeffs, shares, k)
         excess, i = max((mem[i] - group[i].memory_bytes, i) for i in range(k))
         if excess <= 0:
             break
         move = _cheapest_cut(coeffs, quanta, caps, shares, held, i, excess)
+        if move is None and packed is not None and fits(packed):
+            shares = packed  # the greedy cuts are stuck; a memory-first packing fits
+            break
         if move is None:
             raise PlanError("device %s: the plan needs %d bytes but its memory_bytes budget is %d: %d bytes missing "
                             "(the other devices of its group cannot take more filters)"
@@ -172,90 +265,11 @@ def divide(group: Sequence[DeviceProfile], stats: ModelStats, *, chunks: int | N
         l, caps[l], shares[l] = move
         forced.add(l)
     if polish and 1 < k <= POLISH_MAX_DEVICES:
-        shares = _polish(group, stats, coeffs, quanta, shares, pb)
+        shares = polish_shares(group, stats, coeffs, quanta, [shares] + [packed] * (packed is not None), pb,
+                               lambda l: solve_layer(coeffs[l], quanta[l], caps[l]) if quanta[l] else None)
     assignment = tuple((d.name, s) for d, s in zip(stats.dims, shares))
     pred = predict(group, stats, dict(assignment), profile_batch=pb, ps_bandwidth_mbit=ps_bandwidth_mbit)
     return Division(tuple(d.name for d in group), tuple(d.device for d in group), assignment, pred)
-
-
-def _memory(stats, coeffs, shares, k) -> list[int]:
-    held = [s or (co.units,) * k for s, co in zip(shares, coeffs)]
-    return [fixed_memory_bytes(stats) + sum(co.mem_per_unit * h[i] for co, h in zip(coeffs, held)) for i in range(k)]
-
-
-def _neighbours(coeffs, quanta, shares, k):
-    """Per layer: replicate it, split it evenly-ish if replicated, or move one quantum a -> b."""
-    for l, (co, q) in enumerate(zip(coeffs, quanta)):
-        if not q:
-            continue
-        cur = shares[l]
-        if cur is not None:
-            yield l, None
-            for a in range(k):
-                if cur[a] - q < q:
-                    continue
-                for b in range(k):
-                    if b != a:
-                        moved = list(cur)
-                        moved[a] -= q
-                        moved[b] += q
-                        yield l, tuple(moved)
-        else:
-            n = co.units // q
-            yield l, tuple(q * s for s in even_split(n, k))
-
-
-def _polish(group, stats, coeffs, quanta, shares, profile_batch):
-    """Best-improvement local search on the simulated step time, within every memory budget."""
-    from edgemesh_tf.planner.simulate import simulate_step_ms
-
-    k = len(group)
-    names = [d.name for d in stats.dims]
-
-    def cost(sh):
-        return simulate_step_ms(group, stats, dict(zip(names, sh)), profile_batch, coeffs)
-
-    def fits(sh):
-        return all(m <= d.memory_bytes for m, d in zip(_memory(stats, coeffs, sh, k), group))
-
-    def repair(sh, fixed_layer):
-        """Moves quanta of the other split layers off over-budget devices (largest memory per
-        quantum first) to the device with the most room, until all fit; None if they cannot."""
-        sh = list(sh)
-        for _ in range(sum(co.units for co in coeffs)):
-            mem = _memory(stats, coeffs, sh, k)
-            over = [(mem[i] - group[i].memory_bytes, i) for i in range(k) if mem[i] > group[i].memory_bytes]
-            if not over:
-                return sh
-            _, i = max(over)
-            room = max(range(k), key=lambda j: group[j].memory_bytes - mem[j])
-            layers = [l for l in range(len(sh)) if l != fixed_layer and sh[l] is not None and quanta[l]
-                      and sh[l][i] >= 2 * quanta[l] and room != i]
-            if not layers:
-                return None
-            l = max(layers, key=lambda l: coeffs[l].mem_per_unit)
-            moved = list(sh[l])
-            moved[i] -= quanta[l]
-            moved[room] += quanta[l]
-            sh[l] = tuple(moved)
-        return None
-
-    best, best_ms = list(shares), cost(shares)
-    for _ in range(POLISH_MAX_ROUNDS):
-        move = None
-        for l, cand in _neighbours(coeffs, quanta, best, k):
-            trial = best[:l] + [cand] + best[l + 1:]
-            if not fits(trial):
-                trial = repair(trial, l)
-                if trial is None:
-                    continue
-            ms = cost(trial)
-            if ms < best_ms - 1e-9 and (move is None or ms < move[0]):
-                move = (ms, trial)
-        if move is None:
-            break
-        best_ms, best = move
-    return best
 
 
 def _cheapest_cut(coeffs, quanta, caps, shares, held, i, excess):
@@ -279,6 +293,23 @@ def _cheapest_cut(coeffs, quanta, caps, shares, held, i, excess):
         if best is None or score < best[0]:
             best = (score, l, new_caps, trial)
     return best and best[1:]
+
+
+def _pack_memory(group, stats, coeffs, quanta) -> list[Shares]:
+    """Shares chosen for memory alone: every splittable layer split, one quantum per device, then
+    the other quanta (largest bytes first) each to the device with the most bytes left. A start
+    for ``polish``, and the plan when the cheapest cuts cannot make one fit."""
+    k = len(group)
+    n = [[1] * k if q else None for q in quanta]
+    room = [d.memory_bytes - m for d, m in zip(group, memory_bytes(stats, coeffs, [
+        tuple([q] * k) if q else None for q in quanta], k))]
+    pieces = sorted(((co.mem_per_unit * q, l) for l, (co, q) in enumerate(zip(coeffs, quanta)) if q
+                     for _ in range(co.units // q - k)), reverse=True)
+    for size, l in pieces:
+        i = max(range(k), key=lambda i: (room[i], -i))
+        n[l][i] += 1
+        room[i] -= size
+    return [tuple(x * q for x in c) if q else None for c, q in zip(n, quanta)]
 
 
 def _check_memory_floor(group, stats, coeffs, quanta) -> None:

@@ -1,15 +1,34 @@
-"""EdgeMesh's adaptive grid: data-parallel groups x model-parallel width, shaped by measured capability.
+"""EdgeMesh's adaptive grid: data-parallel groups x model-parallel width, compared with its alternatives.
 
-For every number of groups K = 1..n (or the one asked for), the devices are dealt into K groups of
-about equal capability (LPT: fastest first, each to the group with the least total speed, where
-speed = 1 / sum of the device's layer ms), each group's filters are divided by ``division.divide``, and
-the candidate is scored by its predicted cluster throughput (examples/s):
+A grid is a partition of the devices into groups; each group's filters are divided by
+``division.divide`` over its fastest m devices (m chosen per group; the rest of the group is idle).
+Every group processes ``batch`` examples per step (its own data share). The objective is the
+**effective** cluster throughput (examples/s at equal statistical progress):
 
-    throughput = sum_g batch * 1000 / (step_ms_g + sync_ms_g / commit_interval)
+    rate = batch * 1000 * sum_g 1 / (step_ms_g + sync_ms_g / commit_interval)  /  (1 + s * (G - 1))
 
-Every group processes the same ``batch`` per step (its own data share). sync_ms_g is the group's
-push + pull to the parameter server (``cost.ps_sync_ms``), paid once per commit; a single group
-needs no parameter server, so its sync is 0. Candidates that do not fit in memory are skipped.
+sync_ms_g is the group's push + pull to the parameter server (``cost.ps_sync_ms``), paid once per
+commit; one group (G = 1) needs no parameter server and is not stale. The divisor is the staleness
+charge: G groups committing asynchronously apply updates computed on weights about G - 1 commits
+old, and asynchronous SGD needs a learning rate smaller by about 1 + s * staleness to converge
+(stale gradients are partly redundant: Dutta et al., AISTATS 2018; Zhang et al., IJCAI 2016), so an
+asynchronous example counts 1 / (1 + s * (G - 1)) of a synchronous one. s = ``staleness_penalty``
+(default STALENESS_PENALTY = 0.1 per stale commit). Without it K single-device groups are always
+credited K x batch per step at no cost, and mixed grids (model-parallel groups beside
+single-device ones) could never win.
+
+Search (each group's division is cached by its devices; candidates are screened with coarse shares,
+``SCREEN_CHUNKS``, and the best is divided again at full granularity and polished):
+  seeds   for K groups (every K up to 16 devices, else about x1.4 apart): the devices dealt into K
+          groups of about equal capability (LPT: fastest first, to the group of least total speed);
+          the fastest j devices alone and the rest one group (mixed grids)
+  moves   from the best seed, best improvement: an idle device becomes its own group; two groups
+          merge; a device moves to another group or leaves for a group of its own (up to
+          LOCAL_SEARCH_DEVICES devices; above that only the first two kinds)
+
+The result is compared with the alternatives of ``alternatives`` (the fastest device alone, every
+device alone and asynchronous, synchronous data parallelism at the same global batch) by the same
+objective; the best is returned, so a plan is never predicted slower than any of them.
 """
 from __future__ import annotations
 
@@ -19,10 +38,19 @@ from typing import Sequence
 
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.planner import alternatives as alt
 from edgemesh_tf.planner.cost import GroupPrediction
-from edgemesh_tf.planner.division import PlanError, divide
+from edgemesh_tf.planner.division import Division, PlanError, divide, speed
 from edgemesh_tf.planner.model_stats import model_stats
 from edgemesh_tf.profile.types import DeviceProfile, Profile
+
+STALENESS_PENALTY = 0.1
+SCREEN_CHUNKS = 16
+LOCAL_SEARCH_DEVICES = 16
+SCREEN_GROUP = 16  # above LOCAL_SEARCH_DEVICES devices, seeds have groups of at most this many devices
+MAX_ROUNDS = 30
+
+__all__ = ["GroupPlan", "Plan", "STALENESS_PENALTY", "capability_groups", "plan", "speed", "throughput"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,20 +65,24 @@ class GroupPlan:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """The chosen grid. examples_per_sec: predicted cluster throughput; candidates: (K, examples/s)
-    of every number of groups that fit in memory; commit_interval: local steps per PS commit."""
+    """The chosen plan.
+
+    examples_per_sec: its effective throughput (the module docstring's objective, examples/s).
+    candidates: (K, examples/s) of the best grid found with K groups.
+    kind: "grid", or the alternative it is: "fastest_device", "all_replicated", "sync_data_parallel".
+    alternatives: (kind, examples/s) of each alternative that fits in memory, by the same objective.
+    idle: devices of the profile that no group uses.
+    """
 
     model: str
     groups: tuple[GroupPlan, ...]
     examples_per_sec: float
     commit_interval: int
     candidates: tuple[tuple[int, float], ...] = ()
-
-
-def speed(device: DeviceProfile) -> float:
-    """Steps per ms of the whole model on ``device`` alone (1 / sum of its layer ms)."""
-    total = sum(t.compute_ms for t in device.layers)
-    return 1.0 / total if total > 0 else math.inf
+    kind: str = "grid"
+    alternatives: tuple[tuple[str, float], ...] = ()
+    idle: tuple[str, ...] = ()
+    staleness_penalty: float = STALENESS_PENALTY
 
 
 def capability_groups(devices: Sequence[DeviceProfile], k: int) -> list[list[DeviceProfile]]:
@@ -66,20 +98,139 @@ def capability_groups(devices: Sequence[DeviceProfile], k: int) -> list[list[Dev
     return groups
 
 
-def throughput(preds: Sequence[GroupPrediction], batch: int, commit_interval: int) -> float:
-    """Predicted examples/s of groups that each process ``batch`` examples per step."""
-    sync = len(preds) > 1
-    return sum(batch * 1000.0 / (p.step_ms + (p.ps_sync_ms / commit_interval if sync else 0.0)) for p in preds)
+def throughput(preds: Sequence[GroupPrediction], batch: int, commit_interval: int,
+               staleness_penalty: float = STALENESS_PENALTY) -> float:
+    """Effective examples/s of groups that each process ``batch`` examples per step (see above)."""
+    g = len(preds)
+    raw = sum(batch * 1000.0 / (p.step_ms + (p.ps_sync_ms / commit_interval if g > 1 else 0.0)) for p in preds)
+    return raw / (1.0 + staleness_penalty * (g - 1))
+
+
+class _Grid:
+    """Evaluates partitions (tuples of tuples of device names) with cached group divisions."""
+
+    def __init__(self, profile, stats, chunks, rate):
+        self.by_name = {d.name: d for d in profile.devices}
+        self.order = {d.name: i for i, d in enumerate(profile.devices)}
+        self.profile, self.stats, self.chunks, self.rate = profile, stats, chunks, rate
+        self.cache: dict[tuple[str, ...], Division | PlanError] = {}
+
+    def key(self, names) -> tuple[str, ...]:
+        return tuple(sorted(names, key=self.order.__getitem__))
+
+    def group(self, names: tuple[str, ...]) -> Division | PlanError:
+        key = self.key(names)
+        if key not in self.cache:
+            try:
+                self.cache[key] = divide([self.by_name[n] for n in key], self.stats, chunks=self.chunks,
+                                         profile_batch=self.profile.batch, polish=False, subsets=True,
+                                         ps_bandwidth_mbit=self.profile.ps_bandwidth_mbit)
+            except PlanError as e:
+                self.cache[key] = e
+        return self.cache[key]
+
+    def score(self, partition) -> tuple[float, list[Division]] | PlanError:
+        divs = [self.group(g) for g in partition]
+        bad = [d for d in divs if isinstance(d, PlanError)]
+        return bad[0] if bad else (self.rate(divs), divs)
+
+
+def _seeds(devices: Sequence[DeviceProfile], groups: int | None) -> list[tuple[tuple[str, ...], ...]]:
+    n = len(devices)
+    fastest = [d.name for d in sorted(devices, key=lambda d: (-speed(d), d.name))]
+    if groups:
+        ks = [groups]
+    elif n <= LOCAL_SEARCH_DEVICES:
+        ks = list(range(1, n + 1))
+    else:  # groups of at most SCREEN_GROUP devices, K about x2 apart
+        ks, k = [], math.ceil(n / SCREEN_GROUP)
+        while k < n:
+            ks.append(k)
+            k *= 2
+        ks.append(n)
+    seeds = [tuple(tuple(d.name for d in g) for g in capability_groups(devices, k)) for k in ks]
+    if n > LOCAL_SEARCH_DEVICES:
+        if not groups or groups == 1:
+            seeds.append((tuple(fastest[:SCREEN_GROUP]),))  # one group: of the fastest devices
+        return seeds
+    for j in range(1, n - 1):  # the fastest j alone, the rest one model-parallel group
+        if groups in (None, j + 1):
+            seeds.append(tuple((f,) for f in fastest[:j]) + (tuple(fastest[j:]),))
+    return seeds
+
+
+def _neighbours(partition, free, large: bool, forced: bool):
+    """Partitions one move away (see the module docstring); ``free``: devices in no group."""
+    groups = [tuple(g) for g in partition]
+    if not forced:
+        for n in free:
+            yield tuple(groups) + ((n,),)
+        for a in range(len(groups)):
+            for b in range(a + 1, len(groups)):
+                if not large or b == a + 1:
+                    yield tuple(h for i, h in enumerate(groups) if i not in (a, b)) + (groups[a] + groups[b],)
+    if large:
+        return
+    for n in free:
+        for t in range(len(groups)):
+            yield tuple(h + (n,) if i == t else h for i, h in enumerate(groups))
+    for j, g in enumerate(groups):
+        if len(g) < 2:
+            continue
+        for n in g:
+            rest = tuple(tuple(x for x in h if x != n) if i == j else h for i, h in enumerate(groups))
+            if not forced:
+                yield rest + ((n,),)
+            for t in range(len(groups)):
+                if t != j:
+                    yield tuple(h + (n,) if i == t else h for i, h in enumerate(rest))
+
+
+def _search(grid: _Grid, devices, groups: int | None):
+    """The best partition found (see the module docstring): (rate, groups, divisions), the best rate
+    per number of groups, and the first PlanError met. Partitions keep only the devices their
+    divisions use; the others are free (idle) and may form or join groups."""
+    best, per_k, first_error = None, {}, None
+    names = [d.name for d in devices]
+
+    def consider(partition, current):
+        nonlocal first_error
+        scored = grid.score(partition)
+        if isinstance(scored, PlanError):
+            first_error = first_error or scored
+            return current
+        per_k[len(partition)] = max(per_k.get(len(partition), 0.0), scored[0])
+        if current is not None and scored[0] <= current[0] * (1 + 1e-9):
+            return current
+        used = tuple(d.names for d in scored[1])
+        for g, d in zip(used, scored[1]):
+            grid.cache.setdefault(grid.key(g), d)
+        return scored[0], used, scored[1]
+
+    for seed in _seeds(devices, groups):
+        best = consider(seed, best)
+    large = len(devices) > LOCAL_SEARCH_DEVICES
+    for _ in range(MAX_ROUNDS if best else 0):
+        free = [n for n in names if not any(n in g for g in best[1])]
+        move = best
+        for cand in _neighbours(best[1], free, large, groups is not None):
+            move = consider(cand, move)
+        if move is best:
+            break
+        best = move
+    return best, per_k, first_error
 
 
 def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch: int | None = None,
-         chunks: int | None = None, commit_interval: int = 1) -> Plan:
+         chunks: int | None = None, commit_interval: int = 1,
+         staleness_penalty: float = STALENESS_PENALTY) -> Plan:
     """Plans the grid and the filter division of ``spec`` on the devices of ``profile``.
 
-    groups: force this many data-parallel groups (default: the best of 1..n).
+    groups: force this many data-parallel groups (default: the best grid found, any number).
     batch: examples per group per step (default: the profile's batch; compute scales linearly).
     chunks: coarse share granularity (see ``division.quantum``).
-    Raises PlanError when no candidate fits in memory (the error of the fewest-groups candidate).
+    staleness_penalty: s of the objective (see the module docstring), >= 0.
+    Raises PlanError when nothing fits in memory.
     """
     if not profile.devices:
         raise ValueError("profile has no devices")
@@ -87,28 +238,33 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
         raise ValueError("profile: batch must be a positive integer (examples per step), got %r" % (profile.batch,))
     if commit_interval < 1:
         raise ValueError("commit_interval must be >= 1 local steps, got %r" % commit_interval)
+    if not (isinstance(staleness_penalty, (int, float)) and staleness_penalty >= 0):
+        raise ValueError("staleness_penalty must be a number >= 0, got %r" % (staleness_penalty,))
     batch = batch or profile.batch
     stats = model_stats(spec, batch)
-    ks = [groups] if groups else range(1, len(profile.devices) + 1)
-    best, candidates, first_error = None, [], None
-    def divide_all(k, polish):
-        return [divide(g, stats, chunks=chunks, profile_batch=profile.batch,
-                       ps_bandwidth_mbit=profile.ps_bandwidth_mbit, polish=polish)
-                for g in capability_groups(profile.devices, k)]
-
-    for k in ks:  # candidates compared unpolished (fast), the winner polished
-        try:
-            divs = divide_all(k, polish=False)
-        except PlanError as e:
-            first_error = first_error or e
-            continue
-        rate = throughput([d.prediction for d in divs], batch, commit_interval)
-        candidates.append((k, rate))
-        if best is None or rate > best[0]:
-            best = (rate, divs, k)
-    if best is None:
-        raise first_error
-    divs = divide_all(best[2], polish=True)
-    best = (throughput([d.prediction for d in divs], batch, commit_interval), divs)
-    gp = tuple(GroupPlan(d.names, d.layout().validate(spec.dims(batch)), d.prediction, batch) for d in best[1])
-    return Plan(spec.name, gp, best[0], commit_interval, tuple(candidates))
+    devices, pb, ps_bw = profile.devices, profile.batch, profile.ps_bandwidth_mbit
+    rate = lambda divs: throughput([d.prediction for d in divs], batch, commit_interval, staleness_penalty)
+    screen = max(chunks or 0, SCREEN_CHUNKS)
+    best, per_k, error = _search(_Grid(profile, stats, screen, rate), devices, groups)
+    options = []  # (kind, rate, divisions)
+    if best is not None:  # the screened grid, divided again at full granularity and polished
+        grid = _Grid(profile, stats, chunks, rate)
+        final = [divide([grid.by_name[n] for n in d.names], stats, chunks=chunks, profile_batch=pb,
+                        ps_bandwidth_mbit=ps_bw) for d in best[2]]
+        options.append(("grid", rate(final), final))
+    alone = alt.singles(devices, stats, pb, ps_bw)
+    fastest = alt.fastest_device(alone)
+    sync = alt.sync_data_parallel(devices, stats, pb, ps_bw)
+    every = alt.all_replicated(alone)
+    shown = [("fastest_device", [fastest] if fastest else []), ("all_replicated", every),
+             ("sync_data_parallel", [sync] if sync else [])]
+    recorded = tuple((kind, rate(divs)) for kind, divs in shown if divs)
+    options += [(kind, rate(divs), divs) for kind, divs in shown if divs and groups in (None, len(divs))]
+    if not options:
+        raise error or PlanError("no device of the profile holds model %s" % spec.name)
+    kind, value, divs = max(options, key=lambda o: o[1])  # ties: the grid, then the simpler alternative
+    dims = spec.dims(batch)
+    gp = tuple(GroupPlan(d.names, d.layout().validate(dims), d.prediction, batch) for d in divs)
+    used = {n for d in divs for n in d.names}
+    return Plan(spec.name, gp, value, commit_interval, tuple(sorted(per_k.items())), kind, recorded,
+                tuple(d.name for d in devices if d.name not in used), staleness_penalty)

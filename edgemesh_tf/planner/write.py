@@ -43,11 +43,15 @@ def _group_dict(g: GroupPlan) -> dict:
 
 
 def _header(plan: Plan) -> str:
-    lines = ["Written by `edgemesh plan` for model %s: %d data-parallel group(s), predicted %.1f examples/s"
-             % (plan.model, len(plan.groups), plan.examples_per_sec),
+    lines = ["Written by `edgemesh plan` for model %s: %d data-parallel group(s) (%s), predicted %.1f effective "
+             "examples/s" % (plan.model, len(plan.groups), plan.kind, plan.examples_per_sec),
              "(commit to the parameter server every %d step(s)). The `predicted:` blocks are the cost model's"
              % plan.commit_interval,
              "estimates (ms per step, bytes per device); the trainer ignores them."]
+    if plan.alternatives:
+        lines.append("alternatives (effective examples/s): " + _alternatives(plan))
+    if plan.idle:
+        lines.append("idle devices (in no group): " + ", ".join(plan.idle))
     for j, g in enumerate(plan.groups):
         lines.append("group %d, ring order: %s" % (j, ", ".join("%s=%s" % nd for nd in zip(g.names, g.layout.devices))))
     return "\n".join("# " + line for line in lines) + "\n"
@@ -63,7 +67,8 @@ def write_plan(plan: Plan, path: str) -> None:
         body = _dump(_group_dict(plan.groups[0]))
     else:
         body = _dump({"predicted": {"examples_per_sec": round(float(plan.examples_per_sec), 3),
-                                    "commit_interval": int(plan.commit_interval)},
+                                    "commit_interval": int(plan.commit_interval), "kind": plan.kind,
+                                    "alternatives": {k: round(float(v), 3) for k, v in plan.alternatives}},
                       "groups": [_group_dict(g) for g in plan.groups]})
     if os.path.dirname(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -95,14 +100,25 @@ def load_plan(path: str) -> LoadedPlan:
     return LoadedPlan(tuple(groups), data.get("predicted") or {})
 
 
+def _alternatives(plan: Plan) -> str:
+    return ", ".join("%s %.1f" % kv for kv in plan.alternatives)
+
+
 def format_table(plan: Plan) -> str:
     """Layers x devices (filters per device, or "all" if replicated) with predicted ms, per group."""
-    out = ["predicted %.1f examples/s with %d group(s); candidates (groups: examples/s): %s"
-           % (plan.examples_per_sec, len(plan.groups), ", ".join("%d: %.1f" % c for c in plan.candidates))]
+    out = ["predicted %.1f effective examples/s with %d group(s) (%s; staleness charge %g per extra group); "
+           "candidates (groups: examples/s): %s"
+           % (plan.examples_per_sec, len(plan.groups), plan.kind, plan.staleness_penalty,
+              ", ".join("%d: %.1f" % c for c in plan.candidates)),
+           "alternatives (examples/s): %s" % _alternatives(plan)]
+    if plan.idle:
+        out.append("idle devices (in no group): %s" % ", ".join(plan.idle))
     for j, g in enumerate(plan.groups):
         p = g.prediction
         out.append("")
-        out.append("group %d (batch %d): step %.2f ms, PS push+pull %.2f ms" % (j, g.batch, p.step_ms, p.ps_sync_ms))
+        out.append("group %d (batch %d%s): step %.2f ms, PS push+pull %.2f ms"
+                   % (j, g.batch, "".join(", examples per device %s" % list(s) for d, s in g.layout.sizes
+                                         if d == "batch"), p.step_ms, p.ps_sync_ms))
         width = max([8] + [len(n) + 1 for n in g.names])
         head = "%-10s%6s" % ("layer", "units") + "".join("%*s" % (width, n) for n in g.names)
         out.append(head + "%12s%10s%10s" % ("compute ms", "comm ms", "layer ms"))

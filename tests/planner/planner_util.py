@@ -1,8 +1,10 @@
 """Synthetic profiles and an exhaustive reference search for the planner tests."""
 import itertools
+import random
 
 from edgemesh_tf.planner.cost import predict
 from edgemesh_tf.planner.division import quantum
+from edgemesh_tf.planner.polish import compositions  # noqa: F401 (the tests import it from here)
 from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
 
 BIG = 1 << 40  # bytes: a memory budget that never binds
@@ -24,13 +26,6 @@ def profile(spec, devices, batch):
     return Profile(spec.name, batch, spec.image_shape, spec.num_classes, tuple(devices))
 
 
-def compositions(n, k):
-    """All k-tuples of positive integers adding up to n."""
-    for cuts in itertools.combinations(range(1, n), k - 1):
-        edges = (0,) + cuts + (n,)
-        yield tuple(edges[j + 1] - edges[j] for j in range(k))
-
-
 def exhaustive_best(group, stats, chunks, profile_batch=None, fits=False):
     """The least predicted step ms over every replicate/split choice and share vector of every dim
     (with ``fits``: only plans within every device's memory_bytes; None if there is none)."""
@@ -47,3 +42,10 @@ def exhaustive_best(group, stats, chunks, profile_batch=None, fits=False):
             continue
         best = pred.step_ms if best is None else min(best, pred.step_ms)
     return best
+
+
+def random_cluster(stats, n, seed=0):
+    """n devices of 1-8 GFLOP/s, 10-1000 Mbit/s, 1-10 ms and 256-1024 MiB (the scale tests' cluster)."""
+    rng = random.Random(seed)
+    return [flops_device("edge%d" % i, stats, rng.choice([1, 2, 4, 8]), i, bw=rng.choice([10, 50, 100, 1000]),
+                         lat=rng.choice([1, 2, 5, 10]), mem=rng.choice([256, 512, 1024]) << 20) for i in range(n)]

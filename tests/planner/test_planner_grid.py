@@ -1,10 +1,9 @@
 """The adaptive grid: capability-balanced groups, throughput scoring, and planning time."""
 import dataclasses
-import random
 import time
 
 import pytest
-from planner_util import device, flops_device, profile
+from planner_util import device, flops_device, profile, random_cluster
 
 from edgemesh_tf.models.zoo import get_model
 from edgemesh_tf.planner import PlanError, capability_groups, model_stats, plan
@@ -15,16 +14,14 @@ VGG32 = get_model("vgg", (32, 32, 3), 10)
 
 def test_sixteen_devices_vgg_plans_in_under_5s():
     stats = model_stats(VGG32, 32)
-    rng = random.Random(0)
-    devs = [flops_device("edge%d" % i, stats, rng.choice([1, 2, 4, 8]), i, bw=rng.choice([10, 50, 100, 1000]),
-                         lat=rng.choice([1, 2, 5, 10]), mem=rng.choice([256, 512, 1024]) << 20) for i in range(16)]
+    devs = random_cluster(stats, 16)
     start = time.perf_counter()
     result = plan(profile(VGG32, devs, 32), VGG32)
     elapsed = time.perf_counter() - start
     assert elapsed < 5.0, "planning 16 devices took %.2f s" % elapsed
-    assert sorted(n for g in result.groups for n in g.names) == sorted(d.name for d in devs)
-    assert len(result.candidates) == 16
-    assert result.examples_per_sec == pytest.approx(max(r for _, r in result.candidates))
+    used = [n for g in result.groups for n in g.names]
+    assert len(used) == len(set(used)) and sorted(used + list(result.idle)) == sorted(d.name for d in devs)
+    assert result.examples_per_sec >= max(r for _, r in result.candidates + result.alternatives) * (1 - 1e-9)
     for g in result.groups:
         g.layout.validate(VGG32.dims(32))
 
@@ -58,11 +55,12 @@ def test_slow_links_prefer_data_parallel_groups():
     assert len(result.groups) == 4
     preds = [g.prediction for g in result.groups]
     assert result.examples_per_sec == pytest.approx(throughput(preds, 32, 8))
-    assert result.examples_per_sec == pytest.approx(sum(32000 / (p.step_ms + p.ps_sync_ms / 8) for p in preds))
+    # four asynchronous groups: each example counts 1 / (1 + 0.1 * 3) (the staleness charge)
+    assert result.examples_per_sec == pytest.approx(sum(32000 / (p.step_ms + p.ps_sync_ms / 8) for p in preds) / 1.3)
 
 
 def test_forced_groups_and_memory_error():
     result = plan(_homo(4, bw=100, lat=1), VGG32, groups=2, batch=16)
-    assert [len(g.names) for g in result.groups] == [2, 2] and all(g.batch == 16 for g in result.groups)
+    assert len(result.groups) == 2 and all(g.batch == 16 for g in result.groups)
     with pytest.raises(PlanError, match=r"device n\d: .* bytes missing"):
         plan(_homo(4, bw=100, lat=1, mem=1 << 20), VGG32)
