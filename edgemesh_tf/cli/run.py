@@ -40,6 +40,9 @@ def summary_text(s: dict) -> str:
     for name, d in s["devices"].items():
         lines.append("  %-10s %-12s %11.0f %9.2f %11.0f%%" % (name, d["group"], d["examples_per_sec"],
                                                            d["compute_gflops"], 100 * d["utilisation"]))
+    if s["idle_devices"]:
+        lines.append("  idle: %s (the planner predicts the job faster without them; see %s)" % (
+            ", ".join(s["idle_devices"]), s["plan"]))
     lines.append("where the time went (share of the training time): compute / communication / waiting / other")
     for g, t in s["group_time"].items():
         total = max(s["train_s"], 1e-9)

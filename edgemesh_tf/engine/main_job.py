@@ -67,6 +67,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
     """Runs the job (see the module docstring); returns the summary."""
     from edgemesh_tf.cluster.spec import load_cluster
     from edgemesh_tf.data import load_dataset
+    from edgemesh_tf.engine import rules
     from edgemesh_tf.engine.job import groups_of_plan, reach_servers, run_job
     from edgemesh_tf.models import get_model
     from edgemesh_tf.planner import format_table, load_plan, plan, write_plan
@@ -86,7 +87,8 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
         profile = profile_workers(cluster, spec, job.batch, servers.target, servers.pids)
         profile_path = os.path.join(s.logdir, "profile.json")
         save_profile(profile, profile_path)
-        result = plan(profile, spec, batch=job.batch)
+        # a group pushes and pulls once per commit: the planner amortises that over the strategy's iterations
+        result = plan(profile, spec, batch=job.batch, commit_interval=rules.commit_interval(s.sync))
         plan_path = os.path.join(s.logdir, "plan.yaml")
         write_plan(result, plan_path)
         emit(records.Planned(profile_s=round(time.monotonic() - t0, 1), profile=profile_path, plan=plan_path,
@@ -102,7 +104,8 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
                "phase_transitions": final["phase_transitions"], "global_steps": final["global_steps"],
                "examples_per_sec": round(sum(g["examples_per_sec"] for g in final["group_time"].values()), 1),
                "bytes_sent": final["bytes_sent"], "wait_s": final["wait_s"], "devices": final["devices"],
-               "group_time": final["group_time"], "plan": plan_path, "profile": profile_path,
+               "group_time": final["group_time"], "idle_devices": list(result.idle), "plan": plan_path,
+               "profile": profile_path,
                "logdir": s.logdir, "tensorboard": "tensorboard --logdir %s" % os.path.join(s.logdir, "tb")}
     with open(os.path.join(s.logdir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

@@ -45,11 +45,12 @@ def replan_layout(cfg: JobConfig, group: GroupSpec, names: list[str]) -> tuple[d
     profile = load_profile(cfg.profile_path)
     data = load_dataset(cfg.dataset, cfg.data_path)
     spec = get_model(cfg.model, data.image_shape, data.num_classes)
+    # subsets: the planner may leave a device out when the group is faster without it
     division = divide([profile.device(n) for n in names], model_stats(spec, group.batch_size),
-                      profile_batch=profile.batch, ps_bandwidth_mbit=profile.ps_bandwidth_mbit)
+                      profile_batch=profile.batch, ps_bandwidth_mbit=profile.ps_bandwidth_mbit, subsets=True)
     layout = division.layout().validate(spec.dims(group.batch_size))
     return layout.to_dict(), "filters divided over %s by the planner (predicted %.1f ms/step) from %s" % (
-        ", ".join(names), division.prediction.step_ms, cfg.profile_path)
+        ", ".join(division.names), division.prediction.step_ms, cfg.profile_path)
 
 
 class Rejoiner:
@@ -114,6 +115,6 @@ class Rejoiner:
                     "group %s cannot be re-planned over %s: %s" % (g, answering, e))))
         used = self.cfg.names_of((layout or self.specs[g].layout)["devices"])
         pid = self.groups.start(g, self.launch[used[0]], layout)
-        self.missing[g] = [n for n in names if n not in used]
+        self.missing[g] = [n for n in names if n not in answering]  # not the ones the planner left idle
         return [records.Restarted(t=t, group=g, devices=used, pid=pid, layout=how,
                                   why="device(s) %s answer: group %s restarted (%s)" % (", ".join(answering), g, how))]

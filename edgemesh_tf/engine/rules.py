@@ -138,6 +138,13 @@ def learning_rate(sync: SyncConfig, base_lr: float, phase: str, commits_in_phase
     return schedule.lr_warmup_cosine(commits_in_phase, sync.lr_cosine_commits, base_lr, warmup)
 
 
+def commit_interval(sync: SyncConfig) -> int:
+    """Local iterations per commit the planner amortises a group's ps push and pull over: ASHL's
+    AHL preset (the slowest group's H; faster ones commit less often), ADSP's too (it starts from
+    AHL's commit rate), Local SGD's H, else 1 (a commit every iteration)."""
+    return {"ashl": sync.ahl_h_preset, "adsp": sync.ahl_h_preset, "local_sgd": sync.local_steps}.get(sync.strategy, 1)
+
+
 def round_rule(sync: SyncConfig, phase: str, control: GroupControl) -> RoundRule:
     """The rule a group follows for its next round."""
     if phase not in PHASES:

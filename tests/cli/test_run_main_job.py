@@ -56,8 +56,13 @@ def test_summary_is_printed_and_matches_the_event_files(main_run):
     phases = [s.value for s in total.Scalars("phase")]
     assert phases == sorted(phases) and {0.0, 1.0, 2.0} <= set(phases), phases
     assert [p for p, _, _ in summary["phase_transitions"]] == ["profiling", "ahl", "shl"]
+    # the plan's devices train; the planner may leave a device idle when the job is faster without it
+    used = list(summary["devices"])
+    assert sorted(used + summary["idle_devices"]) == sorted(DEVICES) and "edge0" in used
+    if summary["idle_devices"]:
+        assert "idle" in stdout and all(d in stdout for d in summary["idle_devices"])
     rates = {}
-    for d in DEVICES:
+    for d in used:
         ea = _events(logdir, d)
         for tag in ("device/compute_gflops", "device/utilisation", "device/waiting_s", "device/bytes_sent",
                     "group/examples_per_sec", "group/waiting_s", "group/bytes_sent", "group/compression_ratio"):
@@ -65,9 +70,10 @@ def test_summary_is_printed_and_matches_the_event_files(main_run):
         values = [s.value for s in ea.Scalars("device/compute_gflops")]
         rates[d] = sum(values) / len(values)
         assert summary["devices"][d]["compute_gflops"] > 0
-    # the fastest device (speed 1) computes at least twice as fast as the slowest (speed 0.25)
-    assert rates["edge0"] >= 2 * rates["edge3"], rates
-    assert summary["devices"]["edge0"]["compute_gflops"] >= 2 * summary["devices"]["edge3"]["compute_gflops"]
+    # the fastest device (speed 1) computes at least 1.6x as fast as the slowest used (speed 0.25 or 0.333)
+    slowest = max(used, key=DEVICES.index)
+    assert slowest != "edge0" and rates["edge0"] >= 1.6 * rates[slowest], rates
+    assert summary["devices"]["edge0"]["compute_gflops"] >= 1.6 * summary["devices"][slowest]["compute_gflops"]
 
 
 def test_tensorboard_shows_layout_and_throughput_in_headless_chromium(main_run):

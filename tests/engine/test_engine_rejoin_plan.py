@@ -25,8 +25,9 @@ def _cfg(tmp_path, with_profile=True, **kw):
         data = load_dataset("digits")
         spec = get_model("vgg", data.image_shape, data.num_classes)
         stats = model_stats(spec, 16)
-        prof = make_profile(spec, [flops_device(n, stats, g, i) for i, (n, g) in enumerate(zip("abc", (4.0, 1.0, 2.0)))],
-                            16)
+        # Pi-class compute on fast links: splitting filters pays (the planner may leave a device idle otherwise)
+        prof = make_profile(spec, [flops_device(n, stats, g, i, bw=10000.0, lat=0.1)
+                                   for i, (n, g) in enumerate(zip("abc", (0.04, 0.01, 0.02)))], 16)
         path = str(tmp_path / "profile.json")
         save_profile(prof, path)
     return JobConfig(groups=(_group("abc", devices), _group("solo", [W % 9])), device_names=NAMES,

@@ -77,6 +77,12 @@ def test_ashl_shl_waits_with_its_staleness_bound_and_plans_from_timings():
     assert (rule.wait, rule.bound) == ("staleness", 2)
 
 
+def test_the_planner_amortises_ps_traffic_over_each_strategy_s_local_iterations():
+    assert rules.commit_interval(SyncConfig(strategy="ashl", ahl_h_preset=8)) == 8
+    assert rules.commit_interval(SyncConfig(strategy="local_sgd", local_steps=5)) == 5
+    assert rules.commit_interval(SyncConfig(strategy="bsp")) == 1
+
+
 def test_fixed_compression_applies_from_the_start():
     sync = SyncConfig(strategy="asp", compression="fixed", ratio=0.01)
     assert rules.initial_controls(sync, {"a": 8})["a"].ratio == 0.01
