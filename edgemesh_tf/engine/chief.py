@@ -10,6 +10,7 @@ the stop flag, waits for the groups' last pushes, evaluates, checkpoints and ret
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -36,11 +37,9 @@ EVAL_BATCH = 120
 LOSS_SUBSET = 512
 
 
-def _quietly(call) -> None:
-    try:
-        call()
-    except tf.errors.OpError:  # the ps (or the master) is gone: nothing left to release there
-        pass
+def _close_quietly(sess) -> None:
+    with contextlib.suppress(tf.errors.OpError):  # the ps (or the master) is gone: nothing left to release
+        sess.close()
 
 
 class PSLost(RuntimeError):
@@ -59,8 +58,7 @@ class Chief:
                  rejoin: Callable[[dict, float], list] = lambda lost, t: []):
         self.cfg, self.target = cfg, target
         self.exited_groups, self.wait_groups, self.rejoin = exited_groups, wait_groups, rejoin
-        self.stop_request: str | None = None
-        self.t0: float | None = None
+        self.stop_request = self.t0 = None  # why to stop (str); monotonic s training began
         self._replica = threading.Lock()  # the chief's own replica: evaluations (a thread) and checkpoints
         self.data = load_dataset(cfg.dataset, cfg.data_path)
         spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
@@ -69,6 +67,8 @@ class Chief:
                                      seed=cfg.seed, group=None, container="chief")
         idx = np.random.RandomState(cfg.seed).permutation(len(self.data.train_x))[:LOSS_SUBSET]
         self.loss_x, self.loss_y = self.data.train_x[idx], self.data.train_y[idx]
+        sub = np.random.RandomState(cfg.seed + 1).permutation(len(self.data.test_x))[:cfg.eval_examples]
+        self.tests = {False: (self.data.test_x[sub], self.data.test_y[sub]), True: (self.data.test_x, self.data.test_y)}
         self.ckpt_dir = os.path.join(cfg.logdir, "checkpoints")
         self.report = JobReport(cfg, spec)
         self.emit = records.Emitter(emit).open(cfg.logdir, self.report.record)
@@ -129,13 +129,14 @@ class Chief:
             self._run(sess, self.g.pull)
             return self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()})
 
-    def _evaluate(self, sess) -> tuple[float, float]:
-        """(held-out accuracy, mean training loss on the fixed subset) of the global model."""
+    def _evaluate(self, sess, full: bool = False) -> tuple[float, float]:
+        """(held-out accuracy on the evaluation subset, or the whole test set if `full`; mean training
+        loss on the fixed subset) of the global model."""
         with self._replica:
             self._run(sess, self.g.pull)
             self._run(sess, self.g.train.copy_masters_to_slices)
-            return evaluate(lambda f, feeds: self._run(sess, f, feeds), self.g.train, self.data.test_x,
-                            self.data.test_y, self.loss_x, self.loss_y, EVAL_BATCH)
+            return evaluate(lambda f, feeds: self._run(sess, f, feeds), self.g.train, *self.tests[full],
+                            self.loss_x, self.loss_y, EVAL_BATCH)
 
     def _evaluated(self, action: decide.Evaluated) -> None:
         self.report.eval(action.record, action.totals, action.controls)
@@ -175,7 +176,7 @@ class Chief:
         except PSLost as e:
             self.emit(records.PsLost(t=round(self.elapsed(), 3) if self.t0 else 0.0, error=str(e)))
             # closing a session whose ps is gone blocks for 30 s (and may raise): leave that to a thread
-            close = threading.Thread(target=lambda: _quietly(sess.close), daemon=True).start
+            close = threading.Thread(target=_close_quietly, args=(sess,), daemon=True).start
             raise
         finally:
             close()
@@ -202,7 +203,7 @@ class Chief:
         self.wait_groups(min(cfg.wait_timeout_s, cfg.lost_after_s))
         stats, counters = self._read(sess)
         totals = self.machine.totals(stats)
-        self._evaluated(self.machine.evaluated(stop_t, *self._evaluate(sess), totals, counters))
+        self._evaluated(self.machine.evaluated(stop_t, *self._evaluate(sess, full=True), totals, counters))
         final = self.machine.final(why, totals, self._save(sess, totals, elapsed=stop_t), stop_t)
         final = dataclasses.replace(final, **self.report.end(final, totals, stop_t))
         self.emit(final)

@@ -230,6 +230,9 @@ class JobSettings:
     seed: int = setting(0, "Seed for weights and data order.", check=int_at_least(0))
     eval_interval_s: float = setting(1.0, "Hybrid: seconds between the chief's evaluations of the global model.",
                                      check=positive(" s"), flag_min=0.05)
+    eval_examples: int = setting(1000, "Hybrid: held-out examples of each evaluation during training (a fixed "
+                                 "random subset; the final evaluation uses the whole test set), so that evaluations "
+                                 "of a large test set keep up with --eval_interval_s.", check=int_at_least(1))
     checkpoint_interval_s: float = setting(10.0, "Hybrid: seconds between checkpoints of the global model and the "
                                            "strategy state.", check=positive(" s"), flag_min=0.1)
     time_budget_s: float = setting(240.0, "Hybrid: training wall-time budget (s).", check=positive(" s"),

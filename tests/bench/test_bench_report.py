@@ -43,7 +43,7 @@ def rendered(tmp_path_factory):
 
 def test_every_plot_is_written_as_png(rendered):
     out, text = rendered
-    for png in ("tta_edge4.png", "tta_homo4.png", "claims.png", "planner.png", "emulation.png"):
+    for png in ("tta_edge2.png", "tta_seeds.png", "claims.png", "planner.png", "emulation.png"):
         with open(out / png, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n", png
         assert f"({png})" in text, png
@@ -52,19 +52,23 @@ def test_every_plot_is_written_as_png(rendered):
 def test_ratios_equal_the_time_to_accuracy_json(rendered):
     _, text = rendered
     tta = _rec("time_to_accuracy")["result"]
+    assert tta["format"] == 2  # the recorded run is in the statistics format (the first format: test_bench_time_to_accuracy)
     shown = lambda v, digits: "—" if v is None else str(round(v, digits))  # noqa: E731
-    assert tta["ratios"]["ashl_over_adsp"] is not None  # the recorded run has a figure to compare
-    for key in ("ashl_over_bsp", "ashl_over_adsp", "homogeneous_ashl_over_bsp"):
+    for key in ("ashl_over_bsp", "ashl_over_adsp"):
         m = re.search(r"`%s` = ([0-9]+(?:\.[0-9]+)?|—)" % key, text)
         assert m, key
-        assert m.group(1) == shown(tta["ratios"][key], 4), key
+        assert m.group(1) == shown(tta[key], 4), key
+        row = next(ln for ln in text.splitlines() if ln.startswith("| ASHL ÷ %s |" % key.split("_")[-1].upper()))
+        lo, hi = tta[key + "_ci95"]
+        assert f"| {shown(tta[key], 3)} | [{shown(lo, 3)}, {shown(hi, 3)}] | {shown(tta[key + '_p'], 4)} |" in row
     # the table's ASHL row shows the same ratios (rounded to 3 places)
     row = next(ln for ln in text.splitlines() if ln.startswith("| ASHL |"))
-    assert row.split("|")[-3].strip() == shown(tta["ratios"]["ashl_over_bsp"], 3)
-    assert row.split("|")[-2].strip() == shown(tta["ratios"]["ashl_over_adsp"], 3)
+    assert row.split("|")[-3].strip() == shown(tta["ashl_over_bsp"], 3)
+    assert row.split("|")[-2].strip() == shown(tta["ashl_over_adsp"], 3)
     for name, s in tta["heterogeneous"]["strategies"].items():
         assert report.LABELS[name] in text
-        assert f"{s['final_accuracy']}" in text or s["final_accuracy"] is None
+        assert f"| {s['reached']} | {s['final_accuracy']} |" in text
+    assert "| the project's ASHL (all its rules) |" in text
 
 
 def test_claims_shown_beside_the_papers(rendered):

@@ -10,7 +10,7 @@ import pytest
 from edgemesh_tf.cluster import emulated_cluster
 from edgemesh_tf.cluster.spec import load_cluster
 from edgemesh_tf.data import load_dataset
-from edgemesh_tf.engine import checkpoint, rules
+from edgemesh_tf.engine import checkpoint, records, rules
 from edgemesh_tf.engine.config import GroupSpec, SyncConfig
 from edgemesh_tf.engine.group import shard_stream
 from edgemesh_tf.engine.job import job_config, run_job
@@ -82,9 +82,13 @@ def test_ssp_never_runs_more_than_s_commits_ahead_of_the_slowest(edge2, tmp_path
     cluster, em = edge2
     bound = 1
     cfg = job_config(cluster, _groups(cluster), sync=SyncConfig(strategy="ssp", staleness=bound),
-                     time_budget_s=8.0, eval_interval_s=1.0, logdir=str(tmp_path))
+                     time_budget_s=8.0, eval_interval_s=1.0, logdir=str(tmp_path), eval_examples=7)
     final = run_job(cfg, cluster, testbed=em)
     assert final["group_exit_codes"] == {"fast": 0, "slow": 0}
+    # evaluations during training on a subset of 7 held-out images, the final one on all 360
+    evals = records.read(str(tmp_path), records.Eval)
+    assert len(evals) >= 4 and all(abs(e.accuracy * 7 - round(e.accuracy * 7)) < 1e-3 for e in evals[:-1])
+    assert evals[-1].t == final["t"] and abs(final["accuracy"] * 360 - round(final["accuracy"] * 360)) < 0.02
     fast, slow = _rounds(str(tmp_path), "fast"), _rounds(str(tmp_path), "slow")
     assert len(fast) >= 5 and len(slow) >= 3
     for log in (fast, slow):
