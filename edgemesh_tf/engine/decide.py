@@ -156,7 +156,8 @@ class Decisions:
         return {"phase_controller": self.phases.state(), "totals": totals, "elapsed_s": elapsed,
                 "controls": {g: dataclasses.asdict(c) for g, c in self.controls.items()},
                 "history": self.history, "global_steps": steps_of(totals),
-                "adsp_commits": self.search.count if self.search else self._adsp_count}
+                "adsp_commits": self.search.count if self.search else self._adsp_count,
+                "timings": {g: dataclasses.asdict(t) for g, t in self._timing_of.items()}}
 
     def restore(self, state: Mapping, path: str, clock: float) -> records.Resume:
         self.phases = schedule.PhaseController.from_state(state["phase_controller"])
@@ -171,6 +172,8 @@ class Decisions:
         self.history = [tuple(h) for h in state.get("history", [])]
         if state.get("adsp_commits"):
             self._adsp_count = int(state["adsp_commits"])
+        # ASHL plans SHL from these (a resumed group process does not profile again)
+        self._timing_of = {g: schedule.WorkerTiming(**t) for g, t in state.get("timings", {}).items()}
         return records.Resume(checkpoint=path, phase=self.phase, elapsed_s=round(self.elapsed_before, 3),
                               global_steps=int(state["global_steps"]))
 

@@ -179,6 +179,11 @@ def test_state_round_trip_resumes_phase_controls_and_counts():
     rec = fresh.restore(state, "ckpt-1", clock=0.0)
     assert isinstance(rec, records.Resume) and rec.phase == "ahl" and rec.global_steps == 16
     assert fresh.controls == m.controls and fresh.elapsed_before == 1.2 and fresh.history == [(0.9, 0.3, 2.0)]
+    assert fresh._timing_of == m._timing_of and set(fresh._timing_of) == {"a", "b"}  # SHL is planned from them
+    # published ASHL switches to SHL on the profile's timings, also after a resume whose processes did not profile
+    acts = fresh.step(_snap(2.0, _stats(), evals=[(1.9, 0.5, 0.1)]))
+    assert isinstance(acts[-1], records.Phase) and acts[-1].new == "shl"
+    assert fresh.controls["b"].local_steps == 2 and fresh.controls["a"].local_steps > 2
     # a resumed process starts its totals from zero: the checkpoint's totals are kept as offsets
     assert fresh.totals(_stats(a={"steps": 1, "incarnation": 5.0}))["a"]["steps"] == 9
 
