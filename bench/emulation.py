@@ -1,17 +1,31 @@
 """Emulated testbed check: does each device deliver the speed, bandwidth and latency of its file?
 
     python bench/emulation.py --cluster layouts/edge4.yaml     # prints JSON; exit 1 if off by >15%
+    python bench/emulation.py --cluster layouts/pi4.yaml       # the realistic edge cluster (1 Gbit/s)
+    python bench/emulation.py --cluster layouts/pi4wifi.yaml   # devices sharing one Wi-Fi channel
+    python bench/emulation.py --forwarder_only                 # CPU of the delay forwarder per MB
+
+Every run also reports the delay forwarder's cost (`forwarder`): CPU seconds per MB it carries, at
+full speed and paced at 1 Gbit/s, and the throughput one core of this machine could carry. A
+cluster with a shared medium also reports what two devices get when they send at once
+(`medium`: each about half the channel).
 """
 import json
 import os
+import socket
+import subprocess
 import sys
+import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-from edgemesh_tf.cluster import emulated_cluster, measure  # noqa: E402
+from edgemesh_tf.cluster import emulated_cluster, forwarder, measure  # noqa: E402
+from edgemesh_tf.cluster.emulator import free_ports  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file.")
@@ -19,15 +33,98 @@ flags.DEFINE_float("tolerance", 0.15, "Allowed relative error of every figure.")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds of compute timing per device (the fastest counts).")
 flags.DEFINE_enum("network", "auto", ["auto", "netns", "userspace"], "Network emulation.")
 flags.DEFINE_enum("compute", "auto", ["auto", "cgroup-v1", "cgroup-v2", "step-delay", "off"], "Compute emulation.")
+flags.DEFINE_bool("forwarder_only", False, "Only measure the delay forwarder's CPU per MB (no cluster).")
+flags.DEFINE_float("forwarder_mb", 100.0, "MB sent through the forwarder per measurement.")
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime + stime
+
+
+def _sink() -> tuple[socket.socket, int]:
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen()
+
+    def serve():
+        c, _ = ls.accept()
+        buf = bytearray(1 << 20)
+        while c.recv_into(buf):
+            pass
+        c.sendall(b"k")
+        c.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return ls, ls.getsockname()[1]
+
+
+def _send(port: int, nbytes: int, pace_mbit: float | None, write: int = 16 * 1024) -> float:
+    """Sends `nbytes` in `write`-byte writes (gRPC-sized messages), paced at `pace_mbit` if given;
+    returns the seconds until the sink confirmed all of it."""
+    s = socket.create_connection(("127.0.0.1", port))
+    buf, sent, t0 = b"x" * write, 0, time.perf_counter()
+    while sent < nbytes:
+        s.sendall(buf)
+        sent += write
+        if pace_mbit:
+            ahead = t0 + sent * 8 / (pace_mbit * 1e6) - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+    s.shutdown(socket.SHUT_WR)
+    s.recv(1)
+    s.close()
+    return time.perf_counter() - t0
+
+
+def forwarder_cost(mb: float = 100.0, delay_ms: float = 0.5) -> dict:
+    """CPU of the delay forwarder process per MB it forwards (one route, `delay_ms` of delay), at
+    full speed and paced at 1 Gbit/s, on loopback. Plain data for JSON."""
+    out = {"delay_ms": delay_ms, "mb_per_run": mb, "cpu_count": os.cpu_count()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, pace in (("full_speed", None), ("paced_1gbit", 1000.0)):
+            ls, sink_port = _sink()
+            listen_port = free_ports(1)[0]
+            routes, ready = os.path.join(tmp, label + ".json"), os.path.join(tmp, label + ".ready")
+            with open(routes, "w") as f:
+                json.dump([forwarder.Route(("127.0.0.1", listen_port), ("127.0.0.1", sink_port), delay_ms).to_json()], f)
+            p = subprocess.Popen([sys.executable, "-m", "edgemesh_tf.cluster.forwarder", routes, ready],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + 30
+                while not os.path.exists(ready) and time.monotonic() < deadline and p.poll() is None:
+                    time.sleep(0.02)
+                cpu0 = _cpu_s(p.pid)
+                wall = _send(listen_port, int(mb * 1e6), pace)
+                cpu = _cpu_s(p.pid) - cpu0
+            finally:
+                p.terminate()
+                p.wait(10)
+                ls.close()
+            out[label] = {"mbit_s": round(mb * 8 / wall, 1), "cpu_s_per_mb": round(cpu / mb, 5),
+                          "cpu_cores_used": round(cpu / wall, 3),
+                          "max_mbit_s_on_one_core": round(8 / (cpu / mb), 0) if cpu > 0 else None}
+    paced = out["paced_1gbit"]
+    out["cores_needed_at_1gbit"] = round(1000 / 8 * paced["cpu_s_per_mb"], 3)
+    return out
 
 
 def main(argv):
     del argv
+    if FLAGS.forwarder_only:
+        print(json.dumps({"forwarder": forwarder_cost(FLAGS.forwarder_mb)}, indent=1))
+        return 0
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
     with emulated_cluster(FLAGS.cluster, network=FLAGS.network, compute=FLAGS.compute) as cluster:
         result = measure.measure(cluster, tolerance=FLAGS.tolerance, rounds=FLAGS.rounds)
+        result["testbed"] = {k: v for k, v in cluster.summary().items() if k in ("network", "compute", "memory",
+                                                                               "latency", "media")}
+    result["forwarder"] = forwarder_cost(min(FLAGS.forwarder_mb, 50.0))
     print(json.dumps(result, indent=1))
     return 0 if result["all_within_tolerance"] else 1
 

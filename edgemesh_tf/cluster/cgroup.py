@@ -1,7 +1,8 @@
-"""CPU limits through the cgroup cpu controller: v1 (`cpu.cfs_quota_us`) or v2 (`cpu.max`).
+"""CPU limits through the cgroup cpu controller: v1 (`cpu.cfs_quota_us`) or v2 (`cpu.max`), and
+memory limits through the v1 memory controller (`memory.limit_in_bytes`; see memory.py).
 
 Groups are named `em-<run>-<device>` directly under the controller's root, so a later launcher can
-find and remove them. Quotas are in cores (1.0 = one CPU for the whole period).
+find and remove them. Quotas are in cores (1.0 = one CPU for the whole period), limits in bytes.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 
 V1_ROOT = "/sys/fs/cgroup/cpu"
 V2_ROOT = "/sys/fs/cgroup"
+MEMORY_ROOT = "/sys/fs/cgroup/memory"
 PREFIX = "em-"
 _NAME_RE = re.compile(r"^em-([0-9a-f]{4}|calib)-")
 DEFAULT_PERIOD_US = 10_000  # short period: a throttled process waits at most ~10 ms
@@ -77,11 +79,65 @@ class CpuGroup:
         _write(os.path.join(self.path, "cgroup.procs"), str(pid))
 
     def pids(self) -> list[int]:
+        return pids_of(self.path)
+
+
+def memory_available() -> bool:
+    """True if the cgroup v1 memory controller is mounted and writable."""
+    return os.path.exists(os.path.join(MEMORY_ROOT, "memory.limit_in_bytes")) and os.access(MEMORY_ROOT, os.W_OK)
+
+
+class MemoryGroup:
+    """One cgroup of the v1 memory controller. The kernel OOM-kills a process of the group when
+    the group's charged memory cannot stay under its limit (no swap accounting beyond it)."""
+
+    def __init__(self, name: str):
+        if not name.startswith(PREFIX):
+            raise ValueError("cgroup names must start with %r: %r" % (PREFIX, name))
+        self.name, self.path = name, os.path.join(MEMORY_ROOT, name)
+
+    def create(self) -> "MemoryGroup":
+        os.makedirs(self.path, exist_ok=True)
+        return self
+
+    def read(self, field: str) -> int:
+        with open(os.path.join(self.path, field)) as f:
+            return int(f.read().split()[0])
+
+    def set_limit(self, limit_bytes: int) -> None:
+        """memory.limit_in_bytes (and memsw, where swap accounting exists, so that a machine with
+        swap cannot page the device out instead of failing it)."""
+        _write(os.path.join(self.path, "memory.limit_in_bytes"), str(int(limit_bytes)))
+        memsw = os.path.join(self.path, "memory.memsw.limit_in_bytes")
+        if os.path.exists(memsw):
+            try:
+                _write(memsw, str(int(limit_bytes)))
+            except OSError:
+                pass
+
+    def oom_kills(self) -> int:
+        """Processes of the group the kernel's OOM killer has killed (memory.oom_control)."""
         try:
-            with open(os.path.join(self.path, "cgroup.procs")) as f:
-                return [int(x) for x in f.read().split()]
-        except FileNotFoundError:
-            return []
+            with open(os.path.join(self.path, "memory.oom_control")) as f:
+                fields = dict(line.split() for line in f if line.strip())
+            return int(fields.get("oom_kill", 0))
+        except (OSError, ValueError):
+            return 0
+
+    def add(self, pid: int) -> None:
+        _write(os.path.join(self.path, "cgroup.procs"), str(pid))
+
+    def pids(self) -> list[int]:
+        return pids_of(self.path)
+
+
+def pids_of(path: str) -> list[int]:
+    """Processes in the cgroup at `path` (any controller)."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        return []
 
 
 def remove(path: str, timeout_s: float = 10.0) -> str | None:
@@ -100,9 +156,9 @@ def remove(path: str, timeout_s: float = 10.0) -> str | None:
 
 
 def list_groups() -> list[str]:
-    """Paths of all `em-` groups under the v1 and v2 roots."""
+    """Paths of all `em-` groups under the v1 cpu and memory roots and the v2 root."""
     out = []
-    for root in (V1_ROOT, V2_ROOT):
+    for root in (V1_ROOT, MEMORY_ROOT, V2_ROOT):
         if os.path.isdir(root):
             out += [os.path.join(root, n) for n in sorted(os.listdir(root)) if _NAME_RE.match(n)]
     return out

@@ -8,10 +8,15 @@
 Network (root): each device in its own namespace behind a veth with `tbf` in both directions; one
 forwarder process in the root namespace adds the latency (see netns.py for the addressing). Every
 process, client or server, reaches device D at the same address, so one ClusterSpec serves all.
+A cluster whose links all have <= netns.DIRECT_LATENCY_MS of latency runs without the forwarder
+(direct routing: it would cost the devices' CPU at 1 Gbit/s); a shared medium is one ifb + tbf.
 Network (no root): servers on loopback, one forwarder route per (source, destination) pair that
 applies rate and delay in user space; each server gets its own view of the ClusterSpec.
-Compute: a cgroup CPU quota per device, calibrated so the measured speed ratios match the file;
-without a writable cgroup, `step_delay_s` tells the training loop how long to sleep per step.
+Compute: a cgroup CPU quota per device, calibrated so the measured speed ratios match the file
+(or the file's absolute `cpu_cores`); without a writable cgroup, `step_delay_s` tells the training
+loop how long to sleep per step.
+Memory: a cgroup v1 memory limit per device with a `memory_mib` budget above its idle server
+(memory.py); a device past it is OOM-killed by the kernel.
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ import time
 
 from absl import logging
 
-from edgemesh_tf.cluster import calibration, cgroup, forwarder, netns, probe, procs, spec as spec_lib, state as state_lib
+from edgemesh_tf.cluster import (calibration, cgroup, forwarder, memory as memory_lib, netns, probe, procs,
+                                 spec as spec_lib, state as state_lib)
 from edgemesh_tf.cluster.tf_config import cluster_spec_dict
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -39,7 +45,8 @@ CLIENT = "client"
 @dataclasses.dataclass(frozen=True)
 class EmulatedDevice:
     """A running device. address: host:port as seen from the client; cpu_cores: cgroup quota
-    (None = unlimited); step_delay_factor: fallback slowdown (1.0 = none)."""
+    (None = unlimited); step_delay_factor: fallback slowdown (1.0 = none); memory: the enforced
+    memory limit (memory_lib.MemoryLimit as a dict, MiB; None = unlimited)."""
 
     name: str
     role: str
@@ -52,6 +59,7 @@ class EmulatedDevice:
     cpu_cores: float | None = None
     step_delay_factor: float = 1.0
     local_address: str | None = None
+    memory: dict | None = None
 
     @property
     def local_target(self) -> str:
@@ -70,6 +78,11 @@ class EmulatedCluster:
     def __init__(self, spec: spec_lib.ClusterFile, run: state_lib.RunState, network: str):
         self.spec, self.run, self.network = spec, run, network
         self.compute = "off"
+        self.memory = "off"
+        self.latency = "forwarder"  # or "direct" (no forwarder: latency <= netns.DIRECT_LATENCY_MS unmodelled)
+        self.media: dict[str, dict] = {}  # medium name -> {"bandwidth_mbit", "devices", "how"}
+        self.calibration: calibration.CpuCalibration | None = None
+        self._mem: dict[str, tuple[cgroup.MemoryGroup, memory_lib.MemoryLimit]] = {}
         self.devices: dict[str, EmulatedDevice] = {}
         self._procs: dict[str, subprocess.Popen] = {}
         self._client_addresses: dict[str, str] = {}
@@ -142,13 +155,19 @@ class EmulatedCluster:
         probe.wait_until_answering({name: self._client_addresses[name]}, timeout_s, check_alive=alive)
         if name in self._cpu:  # after start-up, as in `up`
             self._cpu[name][0].add(p.pid)
-        self.devices[name] = dataclasses.replace(self.devices[name], pid=p.pid)
+        memory = self.devices[name].memory
+        if name in self._mem:
+            group, old = self._mem[name]
+            lim = memory_lib.limit(group, p.pid, old.budget_mib)
+            self._mem[name], memory = (group, lim), dataclasses.asdict(lim)
+        self.devices[name] = dataclasses.replace(self.devices[name], pid=p.pid, memory=memory)
         logging.info("device %s restarted (pid %d)", name, p.pid)
         return self.devices[name]
 
     def check(self) -> None:
         """Raises RuntimeError naming any child process that has exited."""
-        dead = ["%s (pid %d, exit code %s, log %s)" % (n, p.pid, p.returncode, _log_path(self.run_dir, n))
+        dead = ["%s (pid %d, exit code %s, log %s)%s" % (n, p.pid, p.returncode, _log_path(self.run_dir, n),
+                                                         memory_lib.oom_note(*self._mem[n]) if n in self._mem else "")
                 for n, p in self._procs.items() if p.poll() is not None]
         if dead:
             raise RuntimeError("emulated cluster %s: process exited: %s" % (self.run.run_id, "; ".join(dead)))
@@ -171,7 +190,8 @@ class EmulatedCluster:
     def summary(self) -> dict:
         """Plain data for logs and for other processes (written to <run_dir>/cluster.json)."""
         return {"run_id": self.run.run_id, "run_dir": self.run_dir, "network": self.network,
-                "compute": self.compute, "cluster_spec": self.cluster_spec(), "session_target": self.session_target,
+                "compute": self.compute, "memory": self.memory, "latency": self.latency, "media": self.media,
+                "cluster_spec": self.cluster_spec(), "session_target": self.session_target,
                 "devices": {n: dataclasses.asdict(d) for n, d in self.devices.items()}}
 
 
@@ -204,12 +224,26 @@ def free_ports(n: int) -> list[int]:
 def _plan_netns(cluster: EmulatedCluster, run: state_lib.RunState):
     """Creates the links; returns (client addresses, per-server addresses, forwarder routes)."""
     slot, addrs, routes, links = run.data["slot"], {}, [], {}
+    direct = all(d.latency_ms <= netns.DIRECT_LATENCY_MS for d in cluster.spec.devices)
     for i, d in enumerate(cluster.spec.devices):
         link = netns.link_for(run.run_id, slot, i, d.name, d.bandwidth_mbit)
         run.record("links", {"netns": link.netns, "host_if": link.host_if})
         netns.create(link)
         links[d.name] = link
-        addrs[d.name] = "%s:%d" % (link.host_ip, d.port)
+        addrs[d.name] = "%s:%d" % (link.ns_ip if direct else link.host_ip, d.port)
+        if direct:
+            netns.enable_forwarding(link.host_if)
+    for k, (medium, rate) in enumerate(cluster.spec.media):
+        members = [d.name for d in cluster.spec.devices if d.medium == medium]
+        ifb = netns.medium_name(run.run_id, k)
+        run.record("links", {"netns": "", "host_if": ifb})
+        netns.create_medium(ifb, rate, [links[n].host_if for n in members])
+        cluster.media[medium] = {"bandwidth_mbit": rate, "devices": members, "how": "one tbf on ifb " + ifb}
+    if direct:
+        cluster.latency = "direct"
+        logging.info("every link has <= %.2g ms of latency: no delay forwarder (direct routing; latency "
+                     "unmodelled, at most %.2g ms per link)", netns.DIRECT_LATENCY_MS, netns.DIRECT_LATENCY_MS)
+        return addrs, {d.name: addrs for d in cluster.spec.devices}, [], {n: l.netns for n, l in links.items()}
     peers = tuple((links[d.name].ns_ip, d.latency_ms) for d in cluster.spec.devices if d.latency_ms)
     for d in cluster.spec.devices:
         l = links[d.name]
@@ -225,6 +259,12 @@ def _plan_userspace(cluster: EmulatedCluster):
     server_port = {d.name: next(ports) for d in devices}
     views: dict[str, dict[str, str]] = {}
     routes = []
+    medium_rate = dict(cluster.spec.media)
+    if medium_rate:
+        logging.warning("user space: shared media %s are not shared; each member's rate is capped at the "
+                        "medium's", sorted(medium_rate))
+        cluster.media = {m: {"bandwidth_mbit": r, "how": "not shared (user space): a cap on each member's rate",
+                             "devices": [d.name for d in devices if d.medium == m]} for m, r in medium_rate.items()}
     for src in [None] + list(devices):
         view = {}
         for dst in devices:
@@ -232,7 +272,8 @@ def _plan_userspace(cluster: EmulatedCluster):
                 view[dst.name] = "127.0.0.1:%d" % server_port[dst.name]
                 continue
             port = next(ports)
-            rates = [r for r in (dst.bandwidth_mbit, src.bandwidth_mbit if src else None) if r]
+            rates = [r for r in (dst.bandwidth_mbit, src.bandwidth_mbit if src else None,
+                                 medium_rate.get(dst.medium), medium_rate.get(src.medium) if src else None) if r]
             routes.append(forwarder.Route(listen=("127.0.0.1", port), target=("127.0.0.1", server_port[dst.name]),
                                           delay_ms=dst.latency_ms + (src.latency_ms if src else 0.0),
                                           rate_mbit=min(rates) if rates else None))
@@ -282,12 +323,17 @@ def _start_servers(cluster: EmulatedCluster, views, namespaces, server_flags, co
 
 
 def _plan_cpu(cluster: EmulatedCluster, compute: str, period_us: int, calib) -> dict[str, float]:
-    """Calibrated cores per device with a speed (the calibration runs before the servers start)."""
+    """Cores per device: the file's `cpu_cores` as they are; calibrated quotas for the devices with a
+    speed, sharing what is left of cpu_budget_cores (the calibration runs before the servers start)."""
+    cores = {d.name: d.cpu_cores for d in cluster.spec.devices if d.cpu_cores}
     speeds = {d.name: d.speed for d in cluster.spec.devices if d.speed}
-    if not speeds:
-        return {}
-    calib = calib or calibration.load_or_calibrate(compute.split("-")[1], period_us)
-    return calibration.quotas(speeds, cluster.spec.cpu_budget_cores, calib)
+    if speeds:
+        cluster.calibration = calib or calibration.load_or_calibrate(compute.split("-")[1], period_us)
+        cores.update(calibration.quotas(speeds, cluster.spec.cpu_budget_cores - sum(cores.values()),
+                                        cluster.calibration))
+    elif calib:
+        cluster.calibration = calib
+    return cores
 
 
 def _limit_cpu(cluster: EmulatedCluster, compute: str, period_us: int, cores: dict[str, float]) -> None:
@@ -302,17 +348,30 @@ def _limit_cpu(cluster: EmulatedCluster, compute: str, period_us: int, cores: di
         group.set_priority()
         group.add(cluster._procs[name].pid)
         cluster._cpu[name] = (group, c, period_us)
-        logging.info("device %s: speed %.3g -> %.3f cores (%s, period %d us)", name,
-                     cluster.spec.device(name).speed, c, compute, period_us)
+        d = cluster.spec.device(name)
+        logging.info("device %s: %s -> %.3f cores (%s, period %d us)", name, "speed %.3g" % d.speed if d.speed
+                     else "cpu_cores", c, compute, period_us)
+
+
+def _limit_memory(cluster: EmulatedCluster) -> None:
+    """A memory cgroup per device with a memory_mib budget, joined once its server is idle."""
+    for d in cluster.spec.devices:
+        if d.memory_mib:
+            group = cgroup.MemoryGroup(memory_lib.group_name(cluster.run.run_id, d.name))
+            cluster.run.record("cgroups", group.path)
+            group.create()
+            cluster._mem[d.name] = (group, memory_lib.limit(group, cluster._procs[d.name].pid, d.memory_mib))
 
 
 def up(spec: spec_lib.ClusterFile | str, *, network: str = "auto", compute: str = "auto",
        timeout_s: float = 180.0, period_us: int = cgroup.DEFAULT_PERIOD_US,
-       calib: calibration.CpuCalibration | None = None, server_flags=()) -> EmulatedCluster:
+       calib: calibration.CpuCalibration | None = None, server_flags=(), memory: str = "auto") -> EmulatedCluster:
     """Starts every device of `spec` as its own server process and applies its limits.
 
     network: 'netns' (needs root), 'userspace' or 'auto'. compute: 'cgroup-v1', 'cgroup-v2',
-    'step-delay', 'off' or 'auto'. timeout_s bounds the wait for all servers to answer. Leftovers of
+    'step-delay', 'off' or 'auto'. memory: 'cgroup-v1' (each device's memory_mib enforced above its
+    idle server, see memory.py), 'off' or 'auto' (cgroup-v1 where the memory controller is writable
+    and some device has a memory_mib). timeout_s bounds the wait for all servers to answer. Leftovers of
     launchers that died are removed first. On any error, everything started so far is removed.
     """
     spec = spec_lib.load_cluster(spec) if isinstance(spec, str) else spec
@@ -322,6 +381,13 @@ def up(spec: spec_lib.ClusterFile | str, *, network: str = "auto", compute: str 
     if compute == "auto":
         version = cgroup.detect()
         compute = "cgroup-" + version if version else "step-delay"
+    if memory == "auto":
+        memory = "cgroup-v1" if cgroup.memory_available() and any(d.memory_mib for d in spec.devices) else "off"
+    elif memory == "cgroup-v1" and not cgroup.memory_available():
+        raise RuntimeError("memory='cgroup-v1' needs a writable %s (root, cgroup v1 memory controller)"
+                           % cgroup.MEMORY_ROOT)
+    elif memory not in ("cgroup-v1", "off"):
+        raise ValueError("memory must be 'auto', 'cgroup-v1' or 'off', got %r" % (memory,))
     with state_lib.locked(root):
         for line in state_lib.clean_stale(root):
             logging.warning("removed leftover of an earlier launcher: %s", line)
@@ -336,24 +402,30 @@ def up(spec: spec_lib.ClusterFile | str, *, network: str = "auto", compute: str 
             client, views, routes, namespaces = _plan_userspace(cluster)
         cluster._client_addresses = client
         cores = _plan_cpu(cluster, compute, period_us, calib) if compute.startswith("cgroup-") else {}
-        _start_forwarder(cluster, routes, timeout_s=30.0)
+        if routes:
+            _start_forwarder(cluster, routes, timeout_s=30.0)
         _start_servers(cluster, views, namespaces, server_flags, cores)
         waited = probe.wait_until_answering(client, timeout_s, check_alive=cluster.check)
         logging.info("all %d servers answer after %.1f s", len(client), waited)
         factors: dict[str, float] = {}
+        if memory == "cgroup-v1":
+            _limit_memory(cluster)
+        cluster.memory = memory
         if cores:
             _limit_cpu(cluster, compute, period_us, cores)
         elif compute == "step-delay":
             logging.warning("no writable cgroup cpu controller: emulating compute speed by a per-step delay "
                             "(EmulatedCluster.step_delay_s); servers themselves run at full speed")
-            top = max((d.speed for d in spec.devices if d.speed), default=1.0)
-            factors = {d.name: top / d.speed for d in spec.devices if d.speed}
+            # Relative speed: `speed`, or `cpu_cores` taken as proportional to speed.
+            rel = {d.name: d.speed or d.cpu_cores for d in spec.devices if d.speed or d.cpu_cores}
+            factors = {n: max(rel.values()) / r for n, r in rel.items()}
         cluster.compute = compute
         for d in spec.devices:
             cluster.devices[d.name] = EmulatedDevice(
                 name=d.name, role=d.role, task_index=d.task_index, device=d.device_string, address=client[d.name],
                 pid=cluster._procs[d.name].pid, log=_log_path(run.run_dir, d.name), netns=namespaces.get(d.name),
                 cpu_cores=cores.get(d.name), step_delay_factor=factors.get(d.name, 1.0),
+                memory=dataclasses.asdict(cluster._mem[d.name][1]) if d.name in cluster._mem else None,
                 local_address=("127.0.0.1:%d" % d.port) if d.name in namespaces else views[d.name][d.name])
         with open(os.path.join(run.run_dir, "cluster.json"), "w") as f:
             json.dump(cluster.summary(), f, indent=1)

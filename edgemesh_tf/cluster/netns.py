@@ -10,7 +10,19 @@ public address: from a namespace the packet leaves through its own veth (its upl
 delivered locally in the root namespace, so no IP forwarding or NAT is needed. The forwarder then
 connects to the namespace end through device i's veth (its download limit).
 
-Resource names: namespace `em-<run>-<device>`, veth `em<run><i>h` (host) / `em<run><i>n`.
+Direct routing (clusters whose every latency is <= DIRECT_LATENCY_MS): no forwarder; a device's
+address is its namespace end, the host ends forward between each other (per-interface
+`net.ipv4.conf.<veth>.forwarding`, nothing machine-wide), so a transfer still leaves through the
+sender's veth (upload limit) and enters through the receiver's (download limit).
+
+Shared media (a Wi-Fi channel): one `ifb` device per medium with one `tbf` at the medium's rate;
+both directions of every member device (ingress and egress of its host-end veth, through a
+`clsact` qdisc and `mirred` redirects) pass through it, so all their transfers contend for one
+token bucket, as frames contend for airtime. A transfer between two members crosses the medium
+twice (up to the access point, down to the other device), as in infrastructure-mode Wi-Fi.
+
+Resource names: namespace `em-<run>-<device>`, veth `em<run><i>h` (host) / `em<run><i>n`,
+medium `em<run>w<k>` (ifb).
 """
 from __future__ import annotations
 
@@ -24,6 +36,10 @@ from absl import logging
 SUPERNET = ipaddress.ip_network("10.213.0.0/16")
 PREFIX = "em"
 MAX_DEVICES_PER_SLOT = 64
+# At or below this one-way latency (ms) on every link, latency is not emulated (direct routing):
+# the delay forwarder would cost ~0.3 core per Gbit/s (bench/emulation.py --forwarder_only) and a
+# veth hop is ~0.02-0.05 ms, so each link's latency is under-modelled by at most this much.
+DIRECT_LATENCY_MS = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +109,30 @@ def create(link: Link) -> None:
         run("tc", "qdisc", "add", "dev", link.ns_if, "root", *tbf_args(link.bandwidth_mbit), netns=link.netns)
 
 
+def enable_forwarding(host_if: str) -> None:
+    """Lets the root namespace route packets arriving on this veth (direct routing); the setting
+    goes away with the veth."""
+    with open("/proc/sys/net/ipv4/conf/%s/forwarding" % host_if, "w") as f:
+        f.write("1")
+
+
+def medium_name(run_id: str, index: int) -> str:
+    return "%s%sw%d" % (PREFIX, run_id, index)
+
+
+def create_medium(name: str, rate_mbit: float, host_ifs: list[str]) -> None:
+    """An ifb with one tbf at `rate_mbit` through which both directions of every veth in
+    `host_ifs` pass (see the module docstring)."""
+    run("ip", "link", "add", name, "type", "ifb")
+    run("ip", "link", "set", name, "up")
+    run("tc", "qdisc", "add", "dev", name, "root", *tbf_args(rate_mbit))
+    for host_if in host_ifs:
+        run("tc", "qdisc", "add", "dev", host_if, "clsact")
+        for hook in ("ingress", "egress"):
+            run("tc", "filter", "add", "dev", host_if, hook, "protocol", "all", "u32", "match", "u32", "0", "0",
+                "action", "mirred", "egress", "redirect", "dev", name)
+
+
 def namespace_pids(netns: str) -> list[int]:
     p = run("ip", "netns", "pids", netns, check=False)
     return [int(x) for x in p.stdout.split()] if p.returncode == 0 else []
@@ -118,6 +158,7 @@ def link_exists(name: str) -> bool:
 
 _NETNS_RE = re.compile(r"^%s-[0-9a-f]{4}-" % PREFIX)
 _LINK_RE = re.compile(r"^%s[0-9a-f]{4}[0-9]{1,2}[hn]$" % PREFIX)
+_MEDIUM_RE = re.compile(r"^%s[0-9a-f]{4}w[0-9]{1,2}$" % PREFIX)
 
 
 def list_namespaces() -> list[str]:
@@ -131,6 +172,13 @@ def list_links() -> list[str]:
     p = run("ip", "-o", "link", "show", "type", "veth", check=False)
     names = [line.split(":")[1].strip().split("@")[0] for line in p.stdout.splitlines() if ":" in line]
     return [n for n in names if _LINK_RE.match(n)]
+
+
+def list_media() -> list[str]:
+    """Our shared-medium ifb devices (named em<run>w<k>)."""
+    p = run("ip", "-o", "link", "show", "type", "ifb", check=False)
+    names = [line.split(":")[1].strip().split("@")[0] for line in p.stdout.splitlines() if ":" in line]
+    return [n for n in names if _MEDIUM_RE.match(n)]
 
 
 def used_slots() -> set[int]:

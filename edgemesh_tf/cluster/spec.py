@@ -3,15 +3,24 @@
 A cluster file is YAML::
 
     name: edge4
-    cpu_budget_cores: 1.7        # emulation: cores shared by all devices that have a `speed`
+    cpu_budget_cores: 1.7        # emulation: cores of this machine for all devices together
+    media: {wifi: {bandwidth_mbit: 150}}   # optional: shared media (one channel), by name
     devices:
       - {name: edge0, role: worker, host: 127.0.0.1, port: 2300,
          speed: 1.0, memory_mib: 2048, bandwidth_mbit: 100, latency_ms: 2}
+      - {name: pi0, role: worker, port: 2301, cpu_cores: 0.3, memory_mib: 384, medium: wifi}
       - {name: ps0, role: ps, host: 127.0.0.1, port: 2310}
 
 Roles map to TF jobs (`worker`, `ps`, `chief`); a device's task index is its position among the
-devices of its role, in file order. Emulation fields are optional: a device without `speed` gets
-no CPU limit, without `bandwidth_mbit` no rate limit, without `latency_ms` no added delay.
+devices of its role, in file order. Emulation fields are optional: a device without `speed` or
+`cpu_cores` gets no CPU limit, without `memory_mib` no memory limit, without `bandwidth_mbit` no
+rate limit of its own, without `latency_ms` no added delay, without `medium` no shared channel.
+
+CPU: `cpu_cores` is an absolute cgroup quota (cores of this machine, e.g. 0.25 for a
+Raspberry-Pi-class board: one core here does ~70 GFLOP/s of fp32 conv); `speed` is relative and
+the emulator calibrates quotas so that the devices with a speed share what the `cpu_cores`
+devices leave of `cpu_budget_cores` in proportion to their speeds. A device has one or the other.
+Σ cpu_cores must not exceed cpu_budget_cores.
 """
 from __future__ import annotations
 
@@ -25,8 +34,11 @@ import yaml
 from edgemesh_tf.errors import InputError
 
 ROLES = ("chief", "worker", "ps")
-_DEVICE_KEYS = ("name", "role", "host", "port", "speed", "memory_mib", "bandwidth_mbit", "latency_ms")
-_TOP_KEYS = ("name", "devices", "cpu_budget_cores")
+_DEVICE_KEYS = ("name", "role", "host", "port", "speed", "cpu_cores", "memory_mib", "bandwidth_mbit", "latency_ms",
+                "medium")
+_TOP_KEYS = ("name", "devices", "cpu_budget_cores", "media")
+_MEDIUM_KEYS = ("bandwidth_mbit",)
+MIN_SPEED_SHARE_CORES = 0.1  # what devices with a `speed` need at least, together (calibration floor)
 DEFAULT_CPU_BUDGET_CORES = 1.7
 
 
@@ -38,10 +50,13 @@ class ClusterFileError(InputError):
 class Device:
     """One device: a TF task plus its emulated limits.
 
-    speed: relative compute speed (only ratios matter; None = unlimited).
-    memory_mib: memory budget for the planner (MiB; not enforced by the emulator).
+    speed: relative compute speed (only ratios matter; None = unlimited, or `cpu_cores`).
+    cpu_cores: absolute CPU quota of the emulated device (cores of this machine; None = `speed`).
+    memory_mib: memory the device may use above its idle TF server (MiB): the planner's budget,
+        enforced by the emulator with a cgroup memory limit (see cluster/memory.py).
     bandwidth_mbit: rate of the device's link to the rest of the cluster (Mbit/s, each direction).
     latency_ms: one-way delay of that link (ms); a path between two devices crosses both links.
+    medium: name of the shared medium (ClusterFile.media) the device's link goes through, or None.
     """
 
     name: str
@@ -53,6 +68,8 @@ class Device:
     memory_mib: int | None = None
     bandwidth_mbit: float | None = None
     latency_ms: float = 0.0
+    cpu_cores: float | None = None
+    medium: str | None = None
 
     @property
     def address(self) -> str:
@@ -67,12 +84,14 @@ class Device:
 
 @dataclasses.dataclass(frozen=True)
 class ClusterFile:
-    """A validated cluster file."""
+    """A validated cluster file. media: {medium name: its rate in Mbit/s, shared by all its devices'
+    transfers in both directions (one radio channel)}."""
 
     name: str
     devices: tuple[Device, ...]
     path: str = "<memory>"
     cpu_budget_cores: float = DEFAULT_CPU_BUDGET_CORES
+    media: tuple[tuple[str, float], ...] = ()
 
     def device(self, name: str) -> Device:
         for d in self.devices:
@@ -133,6 +152,7 @@ def parse_cluster(data: Any, path: str = "<memory>") -> ClusterFile:
     if not isinstance(raw_devices, Sequence) or isinstance(raw_devices, str) or not raw_devices:
         raise _err(path, None, "devices", "must be a non-empty list of devices")
     budget = _number(path, None, "cpu_budget_cores", data.get("cpu_budget_cores", DEFAULT_CPU_BUDGET_CORES), positive=True)
+    media = _media(path, data.get("media", {}))
     devices, names, addresses, counts = [], {}, {}, {r: 0 for r in ROLES}
     for i, raw in enumerate(raw_devices):
         if not isinstance(raw, Mapping):
@@ -164,7 +184,12 @@ def parse_cluster(data: Any, path: str = "<memory>") -> ClusterFile:
             memory_mib=_number(path, name, "memory_mib", raw.get("memory_mib"), positive=True, integer=True),
             bandwidth_mbit=_number(path, name, "bandwidth_mbit", raw.get("bandwidth_mbit"), positive=True),
             latency_ms=float(_number(path, name, "latency_ms", raw.get("latency_ms", 0.0), positive=False)),
+            cpu_cores=_number(path, name, "cpu_cores", raw.get("cpu_cores"), positive=True),
+            medium=_medium_of(path, name, raw.get("medium"), media),
         ))
+        if devices[-1].speed is not None and devices[-1].cpu_cores is not None:
+            raise _err(path, name, "cpu_cores", "give either speed (relative, calibrated) or cpu_cores (absolute), "
+                       "not both")
         counts[role] += 1
     if counts["ps"] == 0:
         raise _err(path, None, "role", "no device has role 'ps' (a parameter-server task is required)")
@@ -172,10 +197,47 @@ def parse_cluster(data: Any, path: str = "<memory>") -> ClusterFile:
         raise _err(path, None, "role", "no device has role 'worker'")
     if counts["chief"] > 1:
         raise _err(path, [d.name for d in devices if d.role == "chief"][1], "role", "at most one device may be 'chief'")
+    _check_cpu(path, devices, budget)
+    unused = sorted(set(media) - {d.medium for d in devices})
+    if unused:
+        raise _err(path, None, "media", "medium %r is used by no device (give a device `medium: %s`)"
+                   % (unused[0], unused[0]))
     name = data.get("name", os.path.splitext(os.path.basename(path))[0])
     if not isinstance(name, str) or not name:
         raise _err(path, None, "name", "must be a non-empty string, got %r" % (name,))
-    return ClusterFile(name=name, devices=tuple(devices), path=path, cpu_budget_cores=float(budget))
+    return ClusterFile(name=name, devices=tuple(devices), path=path, cpu_budget_cores=float(budget),
+                       media=tuple(sorted(media.items())))
+
+
+def _media(path: str, raw: Any) -> dict[str, float]:
+    """{medium name: Mbit/s} from the top-level `media` mapping."""
+    if not isinstance(raw, Mapping):
+        raise _err(path, None, "media", "must be a mapping {name: {bandwidth_mbit: N}}, got %r" % (raw,))
+    media = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not key or not all(c.isalnum() or c in "-_" for c in key):
+            raise _err(path, None, "media", "medium names must be strings of [A-Za-z0-9_-], got %r" % (key,))
+        if not isinstance(value, Mapping) or set(value) != set(_MEDIUM_KEYS):
+            raise _err(path, None, "media", "medium %r must be {bandwidth_mbit: N}, got %r" % (key, value))
+        media[key] = float(_number(path, None, "media.%s.bandwidth_mbit" % key, value["bandwidth_mbit"], positive=True))
+    return media
+
+
+def _medium_of(path: str, device: str, value: Any, media: Mapping[str, float]) -> str | None:
+    if value is not None and (not isinstance(value, str) or value not in media):
+        raise _err(path, device, "medium", "unknown medium %r (the file's media: %s)" % (value, sorted(media) or "none"))
+    return value
+
+
+def _check_cpu(path: str, devices: Sequence[Device], budget: float) -> None:
+    """Absolute quotas fit the budget, and leave the devices with a relative speed their share."""
+    fixed = sum(d.cpu_cores for d in devices if d.cpu_cores)
+    if fixed > budget + 1e-9:
+        raise _err(path, None, "cpu_budget_cores", "%.3g cores is less than the devices' cpu_cores together (%.3g)"
+                   % (budget, fixed))
+    if any(d.speed for d in devices) and fixed and budget - fixed < MIN_SPEED_SHARE_CORES:
+        raise _err(path, None, "cpu_budget_cores", "%.3g cores leaves %.3g for the devices with a speed after the "
+                   "cpu_cores devices (need >= %.2g)" % (budget, budget - fixed, MIN_SPEED_SHARE_CORES))
 
 
 def load_cluster(path: str) -> ClusterFile:

@@ -116,11 +116,11 @@ def teardown(state: RunState, keep_dir: bool = False) -> list[str]:
             errors.append("process %s (pid %d) did not exit" % (p["name"], p["pid"]))
     for link in state.data.get("links", []):
         # Anything still running inside our namespace was started by us: stop it by pid.
-        for pid in netns.namespace_pids(link["netns"]):
+        for pid in netns.namespace_pids(link["netns"]) if link["netns"] else ():
             procs.kill(pid, None, timeout_s=2.0)
-        errors += netns.destroy(link["netns"], link["host_if"])
+        errors += netns.destroy(link["netns"], link["host_if"])  # a medium: netns "", host_if its ifb
     for path in state.data.get("cgroups", []):
-        for pid in cgroup.CpuGroup(os.path.basename(path), "v1" if path.startswith(cgroup.V1_ROOT) else "v2").pids():
+        for pid in cgroup.pids_of(path):
             procs.kill(pid, None, timeout_s=2.0)
         err = cgroup.remove(path)
         if err:
@@ -155,6 +155,10 @@ def clean_stale(root: str) -> list[str]:
         if link[len(netns.PREFIX):len(netns.PREFIX) + 4] not in live_ids and link.endswith("h"):
             netns.destroy("", link)
             removed.append("link " + link)
+    for medium in netns.list_media():
+        if medium[len(netns.PREFIX):len(netns.PREFIX) + 4] not in live_ids:
+            netns.destroy("", medium)
+            removed.append("medium " + medium)
     for path in cgroup.list_groups():
         parts = os.path.basename(path).split("-")
         if parts[1] not in live_ids and not (parts[1] == "calib" and procs.alive(int(parts[2]), None)):

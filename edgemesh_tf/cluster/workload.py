@@ -5,6 +5,7 @@ from __future__ import annotations
 # ~60 ms on one unthrottled core of this machine.
 BATCH, SIZE, CHANNELS, LAYERS = 64, 32, 32, 2
 WORKLOAD_ID = "conv%dx%dx%dx%d-b%d" % (LAYERS, SIZE, SIZE, CHANNELS, BATCH)
+FLOP_PER_STEP = 2 * 9 * BATCH * SIZE * SIZE * CHANNELS * CHANNELS * LAYERS  # multiply-adds x 2 (2.4 GFLOP)
 
 
 def build(tf, device: str | None = None, steps: int = 1):

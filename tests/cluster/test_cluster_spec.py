@@ -43,6 +43,17 @@ def _bad(mutate):
     (lambda d: d["devices"].append({"name": "c2", "role": "chief", "port": 2321}), "c2", "role"),
     (lambda d: d["devices"].pop(2), None, "role"),  # no ps
     (lambda d: d.update(colour="red"), None, "colour"),
+    (lambda d: d["devices"][0].update(cpu_cores=0.3), "w0", "cpu_cores"),  # with a speed
+    (lambda d: d["devices"][2].update(cpu_cores=0), "ps0", "cpu_cores"),
+    (lambda d: d["devices"][2].update(cpu_cores=2.5), None, "cpu_budget_cores"),  # more than the budget
+    (lambda d: d["devices"][2].update(cpu_cores=1.65), None, "cpu_budget_cores"),  # leaves < 0.1 to speeds
+    (lambda d: d["devices"][1].update(medium="wifi"), "w1", "medium"),  # no such medium
+    (lambda d: d["devices"][1].update(medium=["a"]), "w1", "medium"),
+    (lambda d: d.update(media={"wifi": {"bandwidth_mbit": 100}}), None, "media"),  # used by no device
+    (lambda d: d.update(media={"wifi": 100}), None, "media"),
+    (lambda d: d.update(media=[1]), None, "media"),
+    (lambda d: (d.update(media={"wifi": {"bandwidth_mbit": -1}}), d["devices"][1].update(medium="wifi")), None,
+     "media.wifi.bandwidth_mbit"),
 ])
 def test_validation_names_file_device_and_field(tmp_path, mutate, device, field):
     import yaml
@@ -81,6 +92,20 @@ def test_default_layouts(name):
         assert all(2 <= d.latency_ms <= 20 for d in c.workers)
 
 
+@pytest.mark.parametrize("name", ["pi4", "pi4wifi"])
+def test_realistic_edge_layouts(name):
+    """Pi/Jetson-class quotas (0.1-0.4 core, <= 1 core together), budgets that bind, 1 Gbit/s at
+    <= 0.5 ms wired; the Wi-Fi variant's workers share one medium."""
+    c = spec.load_cluster(os.path.join(REPO, "layouts", name + ".yaml"))
+    cores = [d.cpu_cores for d in c.workers]
+    assert all(0.1 <= x <= 0.4 for x in cores) and sum(cores) <= c.cpu_budget_cores <= 1.0
+    assert min(d.memory_mib for d in c.workers) <= 256 and all(d.speed is None for d in c.devices)
+    if name == "pi4":
+        assert all(d.bandwidth_mbit == 1000 and d.latency_ms <= 0.5 for d in c.devices) and not c.media
+    else:
+        assert dict(c.media) == {"wifi": 200.0} and {d.medium for d in c.workers} == {"wifi"}
+
+
 def test_tf_config_standard_format():
     c = spec.parse_cluster(GOOD, "good.yaml")
     cfg = tf_config.tf_config(c, "w1")
@@ -90,6 +115,7 @@ def test_tf_config_standard_format():
     assert "edgemesh server" in tf_config.server_command(c, "w1")
 
 
+@pytest.mark.subprocess
 def test_tf_config_cli_writes_one_file_per_device(tmp_path):
     out = tmp_path / "cfg"
     p = subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", "tf-config", "--cluster",
