@@ -1,4 +1,4 @@
-# `make run` and `make test` do all set-up on a fresh machine (see README.md).
+# `make run` and `make test` (and `make test-fast`) do all set-up on a fresh machine (see README.md).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?=
 QUICK ?=
 
-.PHONY: install browser run test bench clean
+.PHONY: install browser run test test-fast bench clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ browser:
 
 test: install browser
 	$(BIN)/python -m pytest -q tests
+
+# The fast loop (under a minute): every test that starts no testbed, process or browser and takes
+# under ~3 s (markers in pytest.ini; tests/test_markers.py keeps new tests honest).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not emulator and not browser and not subprocess and not slow" tests
 
 # Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; about 60 min.
 # QUICK=1: a ~10 min smoke run of the same pipeline into bench/quick/ (not evidence).

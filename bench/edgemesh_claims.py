@@ -33,7 +33,7 @@ sys.path.insert(0, ROOT)
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster  # noqa: E402
 from edgemesh_tf.data import IMAGE_SHAPES  # noqa: E402
-from edgemesh_tf.mesh.layout import Layout, even_split  # noqa: E402
+from edgemesh_tf.mesh.layout import Layout, even_split, single_device_layout  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import plan  # noqa: E402
 from edgemesh_tf.profile.run import profile_workers  # noqa: E402
@@ -47,7 +47,7 @@ MODES = ("single", "data_parallel", "filter_split", "hybrid")
 def mode_layouts(mode, plans, em, workers, batch):
     """[(layout, batch)] of the replicas a mode runs concurrently; layouts name emulated devices."""
     if mode == "single":
-        return [(Layout(mesh=(("model", 1),), devices=(em.device(workers[0]),)), batch)]
+        return [(single_device_layout(em.device(workers[0])), batch)]
     if mode == "data_parallel":
         k = len(workers)
         lay = Layout(mesh=(("batch", k),), devices=tuple(em.device(n) for n in workers),

@@ -26,7 +26,7 @@ import time
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
 from edgemesh_tf.data import IMAGE_SHAPES
-from edgemesh_tf.mesh.layout import Layout, even_split
+from edgemesh_tf.mesh.layout import Layout, even_split, single_device_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan, predict
 from edgemesh_tf.profile.run import profile_workers
@@ -128,7 +128,7 @@ def main():
             with emulated_cluster(cluster) as em:
                 pids = {n: em.devices[n].pid for n in workers}
                 if mode == "one_device":
-                    layout, devs = Layout(mesh=(("model", 1),), devices=(em.device(workers[0]),)), workers[:1]
+                    layout, devs = single_device_layout(em.device(workers[0])), workers[:1]
                 else:
                     layout, devs = even_layout(mem_spec, [em.device(n) for n in workers])[0], workers
                 peaks[mode] = measure_memory(mem_spec, layout, args.memory_batch, em.session_target, master, pids,

@@ -24,7 +24,7 @@ import numpy as np
 
 from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import mtf, placement_mesh_impl, tf
-from edgemesh_tf.mesh.layout import Layout, local_devices
+from edgemesh_tf.mesh.layout import Layout, local_devices, single_device_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.models.plain_tf import PlainModel
 from edgemesh_tf.train.graph import build_train_graph
@@ -73,7 +73,7 @@ def main():
     splits = {name: _five_three(size) for name, size in dims.items()}
     rules = tuple((name, "model") for name in dims)
     uneven = Layout(mesh=(("model", 2),), devices=tuple(devices), rules=rules, sizes=tuple(splits.items()))
-    single = Layout(mesh=(("model", 1),), devices=(devices[0],))
+    single = single_device_layout(devices[0])
     virtual = placement_mesh_impl.PlacementMeshImpl(
         mtf.Shape([mtf.Dimension("model", 8)]), mtf.LayoutRules([r for r in rules if dims[r[0]] % 8 == 0]), [devices[0]] * 5 + [devices[1]] * 3)
     configs = {

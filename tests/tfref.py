@@ -3,7 +3,7 @@ import numpy as np
 
 from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
-from edgemesh_tf.mesh.layout import Layout, local_devices
+from edgemesh_tf.mesh.layout import Layout, local_devices, single_device_layout
 from edgemesh_tf.models.plain_tf import PlainModel
 from edgemesh_tf.train.graph import build_train_graph
 from edgemesh_tf.train.loop import restore_or_init
@@ -17,7 +17,7 @@ def layouts(spec):
     rules = tuple((n, "model") for n in dims)
     five_three = tuple((n, (s * 5 // 8, s - s * 5 // 8)) for n, s in dims.items())
     return {
-        "unsplit": Layout(mesh=(("model", 1),), devices=(d[0],)),
+        "unsplit": single_device_layout(d[0]),
         "even2": Layout(mesh=(("model", 2),), devices=tuple(d[:2]), rules=rules),
         "uneven53": Layout(mesh=(("model", 2),), devices=tuple(d[:2]), rules=rules, sizes=five_three),
         "batch2x_filters2": Layout(mesh=(("batch", 2), ("model", 2)), devices=tuple(d),

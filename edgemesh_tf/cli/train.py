@@ -136,7 +136,7 @@ def main(argv):
     if not run.cluster:
         train(spec, data, layout, **run.kwargs)
         return
-    from edgemesh_tf.cluster.reach import reachable_cluster
+    from edgemesh_tf.cluster.reach import reach_servers
     from edgemesh_tf.cluster.spec import load_cluster
     try:
         cluster = load_cluster(run.cluster)
@@ -147,8 +147,9 @@ def main(argv):
                                  % (run.layout, dev, run.cluster, sorted(known)))
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)
-    with reachable_cluster(cluster, run.emulate) as (_, target, _):
-        train(spec, data, layout, session_target=target, master_device=cluster.master.device_string, **run.kwargs)
+    with reach_servers(cluster, run.emulate) as servers:
+        train(spec, data, layout, session_target=servers.target, master_device=cluster.master.device_string,
+              **run.kwargs)
 
 
 def _layout_of_plan(plan, path: str, group):

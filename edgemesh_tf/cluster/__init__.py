@@ -9,7 +9,7 @@ _EXPORTS = {
     "ClusterFile": "spec", "ClusterFileError": "spec", "Device": "spec", "load_cluster": "spec",
     "parse_cluster": "spec", "cluster_spec_dict": "tf_config", "server_command": "tf_config",
     "tf_config": "tf_config", "EmulatedCluster": "emulator", "EmulatedDevice": "emulator", "down": "emulator",
-    "emulated_cluster": "emulator", "up": "emulator",
+    "emulated_cluster": "emulator", "up": "emulator", "Servers": "reach", "reach_servers": "reach",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -1,20 +1,52 @@
 """Reach the TF servers of a cluster file: the emulated testbed (started for the duration) or
-servers already running at the file's addresses (`edgemesh server` on each host)."""
+servers already running at the file's addresses (`edgemesh server` on each host).
+
+    with reach_servers(load_cluster("layouts/edge4.yaml"), emulate=True) as servers:
+        tf.compat.v1.Session(servers.target) ...
+"""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 from edgemesh_tf.cluster.spec import ClusterFile, load_cluster
-from edgemesh_tf.cluster.tf_config import cluster_spec_dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Servers:
+    """The TF servers of a job. target: the chief's grpc target; launch: {device name: (network
+    namespace or None, grpc target for a client on the device, step delay factor)}; pids: {device
+    name: local server pid or None}; summary: {"network", "compute"}; addresses: {device name:
+    host:port as reached from this process}; testbed: the EmulatedCluster if emulated."""
+
+    target: str
+    launch: dict
+    pids: dict
+    summary: dict
+    addresses: dict = dataclasses.field(default_factory=dict)
+    testbed: object = None
+
+
+def of_testbed(em) -> Servers:
+    """The `Servers` of a running `EmulatedCluster`."""
+    return Servers(em.session_target,
+                   {n: (d.netns, d.local_target, d.step_delay_factor) for n, d in em.devices.items()},
+                   {n: d.pid for n, d in em.devices.items()}, {"network": em.network, "compute": em.compute},
+                   {n: d.address for n, d in em.devices.items()}, em)
 
 
 @contextlib.contextmanager
-def reachable_cluster(cluster: ClusterFile | str, emulate: bool, **up_kwargs):
-    """Yields (cluster_spec dict, session target, {device name: server pid or None})."""
+def reach_servers(cluster: ClusterFile | str, emulate: bool, up_kwargs: dict | None = None):
+    """Yields the `Servers` of `cluster` (a ClusterFile or its path): its emulated testbed (started
+    for the duration, with `up_kwargs` for `emulated_cluster`) or the real servers at the file's
+    addresses."""
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     if emulate:
         from edgemesh_tf.cluster.emulator import emulated_cluster
-        with emulated_cluster(cluster, **up_kwargs) as em:
-            yield em.cluster_spec(), em.session_target, {n: d.pid for n, d in em.devices.items()}
+        with emulated_cluster(cluster, **(up_kwargs or {})) as em:
+            yield of_testbed(em)
     else:
-        yield cluster_spec_dict(cluster), "grpc://" + cluster.master.address, {d.name: None for d in cluster.devices}
+        yield Servers("grpc://" + cluster.master.address,
+                      {d.name: (None, "grpc://" + d.address, 1.0) for d in cluster.devices},
+                      {d.name: None for d in cluster.devices}, {"network": "real", "compute": "real"},
+                      {d.name: d.address for d in cluster.devices})

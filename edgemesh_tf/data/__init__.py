@@ -1,14 +1,15 @@
 """Datasets as in-memory numpy arrays (no TensorFlow here, nothing downloaded).
 
 `load_dataset(name, path=None, **kw)` returns a `Dataset`: float32 NHWC images in [0, 1] and
-int32 labels. `batches(x, y, batch_size, seed)` streams shuffled full batches forever.
+int32 labels. `batches(x, y, batch_size, seed)` streams shuffled full batches forever;
+`padded_batches(x, y, batch_size)` yields every example once, in order, for evaluation.
 """
 from __future__ import annotations
 
 import os
 
 from edgemesh_tf.data.cifar10 import cifar10
-from edgemesh_tf.data.dataset import Dataset, batches
+from edgemesh_tf.data.dataset import Dataset, batches, padded_batches
 from edgemesh_tf.data.digits import digits
 from edgemesh_tf.data.digits32 import digits32
 from edgemesh_tf.data.errors import DatasetError
@@ -43,4 +44,4 @@ def load_dataset(name: str, path: str | os.PathLike | None = None, **kw) -> Data
 
 
 __all__ = ["DATASET_NAMES", "IMAGE_SHAPES", "Dataset", "DatasetError", "batches", "cifar10", "digits",
-           "digits32", "load_dataset", "mnist", "synthetic"]
+           "digits32", "load_dataset", "mnist", "padded_batches", "synthetic"]

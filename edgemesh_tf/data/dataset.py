@@ -1,4 +1,5 @@
-"""The in-memory dataset record and a deterministic batch iterator.
+"""The in-memory dataset record, a deterministic batch iterator for training (`batches`) and
+every example once in padded full batches for evaluation (`padded_batches`).
 
 Images are float32 NHWC arrays, shape (N, H, W, C), values in [0, 1]; labels are int32,
 shape (N,), values in [0, num_classes).

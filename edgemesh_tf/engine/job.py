@@ -21,19 +21,21 @@ import time
 from typing import Callable
 
 from edgemesh_tf.cluster import procs
+from edgemesh_tf.cluster.reach import Servers, reach_servers  # noqa: F401  (importable from here)
+from edgemesh_tf.cluster.reach import of_testbed as _of_testbed
 from edgemesh_tf.cluster.spec import ClusterFile
 from edgemesh_tf.engine import records
 from edgemesh_tf.engine.chief import Chief
 from edgemesh_tf.engine.config import GroupSpec, JobConfig
 from edgemesh_tf.engine.rejoin import Rejoiner
-from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.mesh.layout import single_device_layout
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def default_groups(cluster: ClusterFile, batch_size: int) -> tuple[GroupSpec, ...]:
     """One single-device group per worker of the cluster (pure data parallelism)."""
-    return tuple(GroupSpec(w.name, Layout(mesh=(("model", 1),), devices=(w.device_string,)).to_dict(), batch_size)
+    return tuple(GroupSpec(w.name, single_device_layout(w.device_string).to_dict(), batch_size)
                  for w in cluster.workers)
 
 
@@ -133,42 +135,6 @@ def _tail(path: str, lines: int = 15) -> str:
             return "".join(f.readlines()[-lines:])
     except OSError:
         return ""
-
-
-@dataclasses.dataclass(frozen=True)
-class Servers:
-    """The TF servers of a job. target: the chief's grpc target; launch: {device name: (network
-    namespace or None, grpc target for a client on the device, step delay factor)}; pids: {device
-    name: local server pid or None}; summary: {"network", "compute"}; addresses: {device name:
-    host:port as reached from this process}; testbed: the EmulatedCluster if emulated."""
-
-    target: str
-    launch: dict
-    pids: dict
-    summary: dict
-    addresses: dict = dataclasses.field(default_factory=dict)
-    testbed: object = None
-
-
-def _of_testbed(em) -> Servers:
-    return Servers(em.session_target, {n: (d.netns, d.local_target, d.step_delay_factor) for n, d in em.devices.items()},
-                   {n: d.pid for n, d in em.devices.items()}, {"network": em.network, "compute": em.compute},
-                   {n: d.address for n, d in em.devices.items()}, em)
-
-
-@contextlib.contextmanager
-def reach_servers(cluster: ClusterFile, emulate: bool, up_kwargs: dict | None = None):
-    """Yields the `Servers` of `cluster`: its emulated testbed (started for the duration) or the real
-    servers at the file's addresses."""
-    if emulate:
-        from edgemesh_tf.cluster.emulator import emulated_cluster
-        with emulated_cluster(cluster, **(up_kwargs or {})) as em:
-            yield _of_testbed(em)
-    else:
-        yield Servers("grpc://" + cluster.master.address,
-                      {d.name: (None, "grpc://" + d.address, 1.0) for d in cluster.devices},
-                      {d.name: None for d in cluster.devices}, {"network": "real", "compute": "real"},
-                      {d.name: d.address for d in cluster.devices})
 
 
 @contextlib.contextmanager

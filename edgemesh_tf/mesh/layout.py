@@ -2,11 +2,11 @@
 
 A layout file (YAML or JSON) looks like::
 
-    # Two devices, conv filters split 40:24 (a fast and a slow device).
+    # Two devices, conv2's 64 filters split 40:24 (a fast and a slow device).
     mesh: {model: 2}                  # mesh dims and their sizes (row-major over `devices`)
     devices: [cpu:0, cpu:1]           # one per mesh position; "cpu:N" or a full TF device name
-    rules: {conv1: model, conv2: model, hidden: model}   # tensor dim -> mesh dim
-    sizes: {conv1: [40, 24]}          # per-position sizes of a split dim; absent = even split
+    rules: {conv1: model, conv2: model, fc1: model}   # tensor dim -> mesh dim
+    sizes: {conv2: [40, 24]}          # per-position sizes of a split dim; absent = even split
 
 Anything not in ``rules`` is replicated. Even splits and full replication are special cases.
 """

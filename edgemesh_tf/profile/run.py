@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from edgemesh_tf.cluster.reach import reachable_cluster
+from edgemesh_tf.cluster.reach import reach_servers
 from edgemesh_tf.cluster.spec import ClusterFile, load_cluster
 from edgemesh_tf.models.spec import ModelSpec
 from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
@@ -25,5 +25,5 @@ def profile_cluster(cluster: ClusterFile | str, spec: ModelSpec, batch: int, *, 
                     repeats: int = 5, **up_kwargs) -> Profile:
     """Measures every worker of ``cluster`` for ``spec`` at ``batch`` examples per device step."""
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
-    with reachable_cluster(cluster, emulate, **up_kwargs) as (_, target, pids):
-        return profile_workers(cluster, spec, batch, target, pids, repeats=repeats)
+    with reach_servers(cluster, emulate, up_kwargs) as servers:
+        return profile_workers(cluster, spec, batch, servers.target, servers.pids, repeats=repeats)

@@ -35,7 +35,6 @@ class TrainGraph:
     init_op: tf.Operation
     copy_masters_to_slices: tf.Operation
     copy_slices_to_masters: tf.Operation
-    saver: tf.train.Saver
     learning_rate: tf.Tensor   # float32 scalar, fed per step (default: the build's learning_rate)
     gradients: dict            # master variable name -> whole-tensor gradient (tf.Tensor)
     weights: dict              # master variable name -> whole-tensor value read from the slices
@@ -135,7 +134,6 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
             init_op=tf.global_variables_initializer(),
             copy_masters_to_slices=lowering.copy_masters_to_slices(),
             copy_slices_to_masters=lowering.copy_slices_to_masters(),
-            saver=tf.train.Saver(tf.global_variables(), max_to_keep=3),
             gradients={v.name: lowering.export_to_tf_tensor(g) for v, g in zip(weights, grads)},
             weights={v.name: lowering.export_to_tf_tensor(v.outputs[0]) for v in weights},
             layout=layout, batch_size=batch_size)

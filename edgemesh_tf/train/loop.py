@@ -1,14 +1,17 @@
-"""Training in one process over local CPU devices under any layout, with checkpoint and resume."""
+"""Training in one process over local CPU devices under any layout, with checkpoint and resume.
+
+Checkpoints are `engine/checkpoint.py`'s (whole tensors by name, the hybrid chief's format): the
+master weights and momentum buffers, with the global step in the state."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Callable
 
 import numpy as np
 
-from edgemesh_tf.data import Dataset, batches
+from edgemesh_tf.data import Dataset, batches, padded_batches
+from edgemesh_tf.engine import checkpoint
 from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
@@ -19,34 +22,43 @@ from edgemesh_tf.train.graph import TrainGraph, build_train_graph
 def evaluate(sess: tf.Session, g: TrainGraph, x: np.ndarray, y: np.ndarray) -> float:
     """Accuracy (0..1) of the current weights on all of (x, y); the last batch is padded."""
     correct = 0
-    b = g.batch_size
-    for start in range(0, len(x), b):
-        xb, yb = x[start:start + b], y[start:start + b]
-        n = len(xb)
-        if n < b:
-            xb = np.concatenate([xb, np.zeros((b - n,) + xb.shape[1:], xb.dtype)])
-            yb = np.concatenate([yb, np.zeros(b - n, yb.dtype)])
+    for xb, yb, n in padded_batches(x, y, g.batch_size):
         logits = sess.run(g.logits, {g.images: xb, g.labels: yb})
         correct += int(np.sum(np.argmax(logits[:n], axis=1) == yb[:n]))
     return correct / max(1, len(x))
 
 
+def _saved_variables(g: TrainGraph) -> dict:
+    """{name: variable} of what a checkpoint holds: the master weights and momentum buffers (whole
+    tensors, so a checkpoint restores under any layout; the global step goes in the state)."""
+    with g.graph.as_default():
+        return {v.op.name: v for v in tf.global_variables() if v.op.name != g.global_step.op.name}
+
+
 def restore_or_init(sess: tf.Session, g: TrainGraph, checkpoint_dir: str | None) -> int:
-    """Restores the latest checkpoint in ``checkpoint_dir`` if any; returns the step to start at."""
-    latest = tf.train.latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
-    if latest:
-        g.saver.restore(sess, latest)
-    else:
-        sess.run(g.init_op)
+    """Restores the latest checkpoint in ``checkpoint_dir`` if any; returns the step to start at.
+    Errors name the checkpoint and the tensor."""
+    prefix = checkpoint.latest(checkpoint_dir) if checkpoint_dir else None
+    sess.run(g.init_op)
+    if prefix:
+        weights, state = checkpoint.load(prefix)
+        saved = _saved_variables(g)
+        for name, v in saved.items():
+            if name not in weights or list(weights[name].shape) != v.shape.as_list():
+                raise ValueError("checkpoint %s: tensor %s should have shape %s, found %s" % (
+                    prefix, name, v.shape.as_list(), list(weights[name].shape) if name in weights else "none"))
+        # each variable's initializer, fed the saved value instead of its initial one
+        values = [(v, weights[name]) for name, v in saved.items()] + [(g.global_step, int(state["step"]))]
+        sess.run([v.initializer for v, _ in values], {v.initializer.inputs[1]: x for v, x in values})
     sess.run(g.copy_masters_to_slices)
     return int(sess.run(g.global_step))
 
 
 def save(sess: tf.Session, g: TrainGraph, checkpoint_dir: str) -> str:
-    """Writes whole (master) tensors, so the checkpoint restores under any layout."""
-    os.makedirs(checkpoint_dir, exist_ok=True)
+    """Writes whole (master) tensors and the global step; returns the checkpoint's path prefix."""
     sess.run(g.copy_slices_to_masters)
-    return g.saver.save(sess, os.path.join(checkpoint_dir, "model.ckpt"), global_step=g.global_step)
+    weights, step = sess.run([_saved_variables(g), g.global_step])
+    return checkpoint.save(checkpoint_dir, weights, {"step": int(step)})
 
 
 def train(spec: ModelSpec, data: Dataset, layout: Layout, *, steps: int, batch_size: int = 32,

@@ -118,6 +118,7 @@ def test_malformed_record_names_the_file(tmp_path):
     ("import json, sys; print(json.dumps({'x': 1})); sys.exit(1)", "failed", "exit code 1"),
     ("import time; time.sleep(60)", "failed", "timed out after 2 s"),
 ])
+@pytest.mark.subprocess
 def test_suite_records_each_outcome(tmp_path, body, status, error):
     script = tmp_path / "b.py"
     script.write_text(body)

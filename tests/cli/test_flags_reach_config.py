@@ -16,6 +16,8 @@ import sys
 import pytest
 import yaml
 
+pytestmark = [pytest.mark.subprocess]
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 W = "/job:worker/task:%d"
 

@@ -5,11 +5,14 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from edgemesh_tf.models import get_model
 from edgemesh_tf.models.shapes import layer_shapes
 from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile, save_profile
+
+pytestmark = [pytest.mark.subprocess]
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 

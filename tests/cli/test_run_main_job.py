@@ -12,6 +12,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from browser import DEEP_ELEMENTS, DEEP_TEXT, Chromium, free_port, wait_http  # noqa: E402
 
+pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DEVICES = ("edge0", "edge1", "edge2", "edge3")
 
@@ -76,6 +78,7 @@ def test_summary_is_printed_and_matches_the_event_files(main_run):
     assert summary["devices"]["edge0"]["compute_gflops"] >= 1.6 * summary["devices"][slowest]["compute_gflops"]
 
 
+@pytest.mark.browser
 def test_tensorboard_shows_layout_and_throughput_in_headless_chromium(main_run):
     logdir, _, _ = main_run
     port = free_port()

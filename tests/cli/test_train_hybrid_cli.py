@@ -5,7 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
+
+pytestmark = [pytest.mark.subprocess]
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 W = "/job:worker/task:%d"
@@ -22,6 +25,7 @@ def _group(a, b, split):
             "sizes": {"conv1": split(32), "conv2": split(64), "fc1": split(128)}}
 
 
+@pytest.mark.emulator
 def test_two_model_parallel_groups_train_one_global_model(tmp_path):
     plan = tmp_path / "plan.yaml"
     # edge0:edge1 are 2:1 in speed, edge2:edge3 4:3: filters in proportion

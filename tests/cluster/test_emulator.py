@@ -12,6 +12,8 @@ import pytest
 
 from edgemesh_tf.cluster import calibration, cgroup, emulated_cluster, measure, netns, parse_cluster, procs, state
 
+pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Proportional quota -> speed: skips the 20 s calibration (bench/emulation.py checks the real one).
 LINEAR = calibration.CpuCalibration(key="test", period_us=10000, points=((0.1, 1.0), (1.0, 10.0)))

@@ -7,6 +7,8 @@ import pytest
 from edgemesh_tf.data import DATASET_NAMES, IMAGE_SHAPES, load_dataset
 from edgemesh_tf.data.digits32 import _upscaled_originals, digits32_with_sources, distort
 
+pytestmark = [pytest.mark.slow]  # a 3 s build of digits32, shared, and more builds
+
 
 @pytest.fixture(scope="module")
 def built():

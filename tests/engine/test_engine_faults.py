@@ -20,6 +20,8 @@ from edgemesh_tf.engine.config import SyncConfig
 from edgemesh_tf.engine.job import default_groups, job_config, run_job
 from edgemesh_tf.engine.records import read
 
+pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLUSTER = os.path.join(ROOT, "layouts", "edge2.yaml")
 

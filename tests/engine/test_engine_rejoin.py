@@ -17,6 +17,8 @@ from edgemesh_tf.engine.config import GroupSpec, SyncConfig
 from edgemesh_tf.engine.job import job_config, run_job
 from edgemesh_tf.engine.records import read
 
+pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CLUSTER = os.path.join(ROOT, "layouts", "edge4.yaml")
 W = "/job:worker/task:%d"

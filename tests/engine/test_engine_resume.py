@@ -6,8 +6,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from edgemesh_tf.engine import records
 from edgemesh_tf.engine.records import read
+
+pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 CKPT_S, EVAL_S = 1.5, 0.5

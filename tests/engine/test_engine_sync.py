@@ -20,6 +20,8 @@ from edgemesh_tf.models import get_model
 from edgemesh_tf.train.graph import build_train_graph
 from edgemesh_tf.train.loop import restore_or_init
 
+pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BATCH = {"fast": 24, "slow": 8}
 

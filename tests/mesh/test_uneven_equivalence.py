@@ -5,6 +5,8 @@ import pytest
 
 from tfref import feeds, layouts, run_mesh, run_plain
 
+pytestmark = [pytest.mark.slow]  # the three share a 4-5 s fixture
+
 
 @pytest.fixture(scope="module")
 def runs(vgg_digits, digits):

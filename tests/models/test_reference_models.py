@@ -15,6 +15,7 @@ from edgemesh_tf.train.loop import restore_or_init
 CASES = [(name, shape) for name in ("vgg", "resnet") for shape in ((8, 8, 1), (28, 28, 1), (32, 32, 3))]
 
 
+@pytest.mark.slow  # 7 cases, 9 s together
 @pytest.mark.parametrize("name,shape", CASES + [("vgg_m", (32, 32, 1))])
 def test_model_trains_under_uneven_layout(name, shape):
     spec = get_model(name, shape, 10)

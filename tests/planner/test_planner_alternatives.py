@@ -130,6 +130,7 @@ BRUTE = [(s, k, L, tight) for s, (k, L) in enumerate([(2, 4), (3, 3), (4, 3), (4
                                                       (7, 2), (8, 2)]) for tight in (False, True)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed,k,n_layers,tight", BRUTE)
 def test_within_two_percent_of_brute_force(seed, k, n_layers, tight):
     group, stats = _instance(500 + seed, k, n_layers, tight)

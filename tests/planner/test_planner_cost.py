@@ -85,6 +85,7 @@ def test_bad_assignment_and_profile_are_named():
         predict([devs[0], device("d1", {"other": 1.0})], stats, {})
 
 
+@pytest.mark.subprocess
 def test_planner_does_not_import_tensorflow():
     code = "import sys, edgemesh_tf.planner, edgemesh_tf.cli.plan; sys.exit('tensorflow' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

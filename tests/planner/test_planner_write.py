@@ -69,6 +69,7 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 
+@pytest.mark.subprocess
 def test_cli_writes_plan_and_rejects_bad_profiles(tmp_path):
     prof = str(tmp_path / "p.json")
     save_profile(_profile(), prof)

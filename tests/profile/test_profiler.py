@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.mesh.layout import Layout, single_device_layout
 from edgemesh_tf.profile.profiler import fit_link, robust_median
 from edgemesh_tf.profile.types import load_profile, save_profile
 
@@ -24,6 +24,7 @@ def test_robust_median_drops_outliers():
     assert med == pytest.approx(10.0) and iqr < 2  # 80 dropped: median of the other five
 
 
+@pytest.mark.emulator
 def test_profile_edge2(vgg_digits, tmp_path):
     from edgemesh_tf.cluster import emulated_cluster, load_cluster
     from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
@@ -48,7 +49,7 @@ def test_profile_edge2(vgg_digits, tmp_path):
         save_profile(profile, path)
         assert load_profile(path) == profile
         # A layout's training step, timed side by side with another on the same servers.
-        single = Layout(mesh=(("model", 1),), devices=(em.device("fast"),))
+        single = single_device_layout(em.device("fast"))
         both = Layout(mesh=(("model", 2),), devices=(em.device("fast"), em.device("slow")))
         runners = {name: LayoutRunner(vgg_digits, lay, 32, em.session_target, em.device("chief"), container=name)
                    for name, lay in (("single", single), ("both", both))}

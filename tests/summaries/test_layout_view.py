@@ -1,7 +1,7 @@
 """The layout as a picture and a table: shares, FLOPs per device, markdown, PNG."""
 import pytest
 
-from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.mesh.layout import Layout, single_device_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner.model_stats import model_stats
 from edgemesh_tf.summaries import layout_view
@@ -11,7 +11,7 @@ STATS = model_stats(SPEC, 32)
 UNEVEN = Layout(mesh=(("model", 2),), devices=("/job:worker/task:0", "/job:worker/task:1"),
                 rules=(("conv1", "model"), ("conv2", "model"), ("fc1", "model")),
                 sizes=(("conv1", (20, 12)), ("conv2", (40, 24)), ("fc1", (80, 48))))
-SINGLE = Layout(mesh=(("model", 1),), devices=("/job:worker/task:2",))
+SINGLE = single_device_layout("/job:worker/task:2")
 
 
 def test_shares_and_flops_follow_the_split():

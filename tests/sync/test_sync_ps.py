@@ -98,6 +98,8 @@ def test_byte_counts():
     assert sparse_bytes(10) == 120
 
 
+@pytest.mark.emulator
+@pytest.mark.subprocess
 def test_two_groups_push_concurrently_to_the_ps():
     w0 = np.arange(12, dtype=np.float32).reshape(3, 4) * 0.5
     b0 = np.ones(4, np.float32)

@@ -6,6 +6,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.subprocess]
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 

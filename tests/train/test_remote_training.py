@@ -3,10 +3,13 @@ own TF server process reached over gRPC, trains exactly like the in-process run.
 import os
 
 import numpy as np
+import pytest
 
 from edgemesh_tf.cluster import emulated_cluster
 from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.train.loop import train
+
+pytestmark = [pytest.mark.emulator]
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 STEPS = 15

@@ -5,6 +5,7 @@ TF 2.21). Fresh graphs and sessions, repeated: each run's weights after two step
 TF's (MomentumOptimizer) within 1e-6.
 """
 import numpy as np
+import pytest
 
 from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
@@ -12,6 +13,8 @@ from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.train.graph import build_train_graph
 from edgemesh_tf.train.loop import restore_or_init
 from tfref import run_plain
+
+pytestmark = [pytest.mark.slow]
 
 LR, MOM, SEED, B, RUNS = 0.05, 0.9, 5, 32, 12
 
