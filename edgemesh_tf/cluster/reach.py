@@ -16,7 +16,7 @@ from edgemesh_tf.cluster.spec import ClusterFile, load_cluster
 class Servers:
     """The TF servers of a job. target: the chief's grpc target; launch: {device name: (network
     namespace or None, grpc target for a client on the device, step delay factor)}; pids: {device
-    name: local server pid or None}; summary: {"network", "compute"}; addresses: {device name:
+    name: local server pid or None}; summary: {"network", "compute"[, "memory"]}; addresses: {device name:
     host:port as reached from this process}; testbed: the EmulatedCluster if emulated."""
 
     target: str
@@ -31,7 +31,8 @@ def of_testbed(em) -> Servers:
     """The `Servers` of a running `EmulatedCluster`."""
     return Servers(em.session_target,
                    {n: (d.netns, d.local_target, d.step_delay_factor) for n, d in em.devices.items()},
-                   {n: d.pid for n, d in em.devices.items()}, {"network": em.network, "compute": em.compute},
+                   {n: d.pid for n, d in em.devices.items()},
+                   {"network": em.network, "compute": em.compute, "memory": em.memory},
                    {n: d.address for n, d in em.devices.items()}, em)
 
 
@@ -48,5 +49,5 @@ def reach_servers(cluster: ClusterFile | str, emulate: bool, up_kwargs: dict | N
     else:
         yield Servers("grpc://" + cluster.master.address,
                       {d.name: (None, "grpc://" + d.address, 1.0) for d in cluster.devices},
-                      {d.name: None for d in cluster.devices}, {"network": "real", "compute": "real"},
+                      {d.name: None for d in cluster.devices}, {"network": "real", "compute": "real", "memory": "real"},
                       {d.name: d.address for d in cluster.devices})

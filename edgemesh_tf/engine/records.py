@@ -48,15 +48,18 @@ class Record:
 
 @dataclasses.dataclass(frozen=True)
 class Testbed(Record):
+    """network, compute, memory: how the testbed emulates each (e.g. netns, cgroup-v1, cgroup-v1; real)."""
     KIND: ClassVar[str] = "testbed"
     network: str
     compute: str
+    memory: str = "off"
 
     def line(self):
+        line = "testbed: network %s, compute %s, memory limits %s" % (self.network, self.compute, self.memory)
         if self.network == "userspace":
-            return ("no root: emulating the network in a user-space forwarder and compute speed by a per-step delay\n"
-                    "testbed: network %s, compute %s" % (self.network, self.compute))
-        return "testbed: network %s, compute %s" % (self.network, self.compute)
+            return ("no root: emulating the network in a user-space forwarder and compute speed by a per-step "
+                    "delay\n" + line)
+        return line
 
 
 @dataclasses.dataclass(frozen=True)
