@@ -106,14 +106,19 @@ class MemoryGroup:
 
     def set_limit(self, limit_bytes: int) -> None:
         """memory.limit_in_bytes (and memsw, where swap accounting exists, so that a machine with
-        swap cannot page the device out instead of failing it)."""
-        _write(os.path.join(self.path, "memory.limit_in_bytes"), str(int(limit_bytes)))
+        swap cannot page the device out instead of failing it). The kernel refuses a memory limit above
+        the memsw one (EINVAL): raising a limit (e.g. a restarted device) sets memsw first."""
+        mem = os.path.join(self.path, "memory.limit_in_bytes")
         memsw = os.path.join(self.path, "memory.memsw.limit_in_bytes")
+        order = [mem]
         if os.path.exists(memsw):
+            order = [memsw, mem] if limit_bytes > self.read("memory.limit_in_bytes") else [mem, memsw]
+        for path in order:
             try:
-                _write(memsw, str(int(limit_bytes)))
+                _write(path, str(int(limit_bytes)))
             except OSError:
-                pass
+                if path == mem:
+                    raise
 
     def oom_kills(self) -> int:
         """Processes of the group the kernel's OOM killer has killed (memory.oom_control)."""

@@ -175,8 +175,10 @@ class SyncConfig:
                                       "--lr_cosine_commits, SGD weight decay 5e-4, restarted at the AHL -> SHL switch "
                                       "without warm-up). Default: cosine for --sync ashl, else constant.",
                                       choices=LR_SCHEDULES)
-    lr_warmup: int = setting(5, "--lr_schedule cosine: warm-up commits (the authors' 5 scheduler steps).",
-                             check=int_at_least(0))
+    lr_warmup: int = setting(0, "--lr_schedule cosine: warm-up commits in AHL. The authors warm up over 5 of their "
+                             "200 scheduler steps (epochs, one step per 6 commits: 2.5% of training); our runs are "
+                             "~100x shorter, where 5 commits of a round of T_max would be a third of the run at "
+                             "a rate that starts from 0, so the default is none.", check=int_at_least(0))
     lr_cosine_commits: int = setting(200, "--lr_schedule cosine: commits of a phase over which the rate decays (the "
                                      "authors' 200 scheduler steps; theirs step once per 6 commits over epochs, ours "
                                      "once per commit, for runs ~100x shorter).", check=int_at_least(1))

@@ -36,7 +36,9 @@ def test_plan_then_train(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert "conv2" in out.stdout  # the table of layers x devices
     sizes = yaml.safe_load(plan.read_text())["sizes"]
-    assert sizes["conv2"][0] > 2 * sizes["conv2"][1]  # the 3x faster device computes more filters
+    # split unevenly (filters, or the batch when synchronous data parallelism is predicted faster):
+    # the 3x faster device computes more
+    assert sizes and all(s[0] > 2 * s[1] for s in sizes.values()), sizes
     out = _run("train", "--layout", str(plan), "--steps", "20", "--eval_every", "0")
     assert out.returncode == 0, out.stderr[-2000:]
     final = json.loads(out.stdout.splitlines()[-1])
