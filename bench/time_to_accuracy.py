@@ -45,7 +45,6 @@ not evidence). --estimate: print the time estimate of the chosen configuration a
 """
 import argparse
 import json
-import math
 import os
 import shlex
 import signal
@@ -60,176 +59,17 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 import stats  # noqa: E402  (bench/stats.py)
-from edgemesh_tf.engine.config import STRATEGIES as STRATEGY_NAMES  # noqa: E402
-
-CONSECUTIVE = 3  # "reached" = at or above target for this many evaluations in a row (issue 16)
-
-# SyncConfig options of each strategy and variant (SyncConfig(strategy=..., **options)). A strategy
-# runs as published: the SyncConfig defaults of its --sync (e.g. ASHL as published for `ashl`).
-STRATEGIES = {name: {"strategy": name} for name in STRATEGY_NAMES}
-PROJECT_OPTIONS = {"compression": "budget", "compress_in_ahl": True, "phase_shares": True, "replan": True,
-                   "error_feedback": True, "staleness_rule": "project", "lr_schedule": "constant"}
-VARIANTS = {
-    "ashl_project": {"strategy": "ashl", **PROJECT_OPTIONS},  # the project's ASHL: every own rule at once
-    # each of the project's improvements alone, on top of the published ASHL
-    "ashl+error_feedback": {"strategy": "ashl", "error_feedback": True},
-    "ashl+replan": {"strategy": "ashl", "replan": True},
-    "ashl+compress_in_ahl": {"strategy": "ashl", "compress_in_ahl": True},
-    "ashl+phase_shares": {"strategy": "ashl", "phase_shares": True},
-    "ashl+budget_compression": {"strategy": "ashl", "compression": "budget"},
-    # not run by default: the project's two other departures from the paper, alone
-    "ashl+project_staleness": {"strategy": "ashl", "staleness_rule": "project"},
-    "ashl+constant_lr": {"strategy": "ashl", "lr_schedule": "constant"},
-}
-DEFAULT_VARIANTS = ("ashl_project", "ashl+error_feedback", "ashl+replan", "ashl+compress_in_ahl",
-                    "ashl+phase_shares", "ashl+budget_compression")
-CONFIGS = {**STRATEGIES, **VARIANTS}
-MANY_SEEDS = ("ashl", "adsp")  # get --seeds on --cluster
-
-# The time model of --estimate and the docstring (s). STARTUP_S: a run's set-up on edge4 (4 group
-# processes import TF, generate digits32, build their graphs and connect; the chief initialises
-# the model); POST_EVALS: after the stop the chief waits for the evaluation in flight and makes a
-# final one; EVAL_SPACING_S: one evaluation of vgg_m on digits32's 5,400 test images on this machine
-# (back to back: it takes longer than --eval_interval_s); EXPECTED_TRAIN_S: training time to
-# target (ADSP ~30-60 s on the task; ASHL ~0.7 of it, the paper's claim; None: runs to its budget).
-STARTUP_S = 30.0
-POST_EVALS = 2
-STOP_S = 3.0
-EVAL_SPACING_S = {"digits32": 8.0}  # else --eval_interval_s
-EXPECTED_TRAIN_S = {"adsp": 45.0, "ashl": 32.0, "asp": 60.0, "local_sgd": 45.0, "bsp": None, "ssp": None}
-VARIANT_TRAIN_S = 32.0
-
-DEFAULTS = {"dataset": "digits32", "model": "vgg_m", "target": 0.93, "budget_s": 90.0,
-            "strategies": "bsp,adsp,ashl", "seeds": 8, "other_seeds": 3,
-            "homo_cluster": "layouts/homo4.yaml", "homo_strategies": "ashl,adsp", "homo_seeds": 2,
-            "variants": ",".join(DEFAULT_VARIANTS), "variant_seeds": 3, "eval_interval_s": 1.0, "max_minutes": 45.0}
-# --quick (make bench QUICK=1): the whole pipeline, small; figures are not evidence.
-QUICK = {"dataset": "digits", "model": "vgg", "target": 0.9, "budget_s": 15.0, "strategies": "bsp,adsp,ashl",
-         "seeds": 2, "other_seeds": 1, "homo_strategies": "ashl,adsp", "homo_seeds": 1,
-         "variants": "ashl_project", "variant_seeds": 1, "eval_interval_s": 0.5, "max_minutes": 8.0}
+from tta_plan import (CONFIGS, CONSECUTIVE, DEFAULT_VARIANTS, DEFAULTS, EVAL_SPACING_S,  # noqa: E402,F401
+                      EXPECTED_TRAIN_S, MANY_SEEDS, QUICK, STARTUP_S, STRATEGIES, VARIANTS, Clock, _names, estimate,
+                      estimate_s, expected_run_s, plan_of, schedule, sync_config, tail_for)
 
 
 class Interrupted(BaseException):
     """SIGTERM (e.g. the suite's timeout) between runs: report what was measured so far."""
 
 
-def sync_config(name: str):
-    from edgemesh_tf.engine.config import SyncConfig
-    opts = dict(CONFIGS[name])
-    return SyncConfig(strategy=opts.pop("strategy"), **opts)
-
-
-# ---- the schedule and its time estimate ----
-
-def schedule(names_seeds: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """(name, seed) in run order: seed 0 of every name, then seed 1, ...; the order of the names
-    rotated by one each seed (no strategy always runs first after the testbed starts)."""
-    out, top = [], max((n for _, n in names_seeds), default=0)
-    for seed in range(top):
-        row = [name for name, n in names_seeds if n > seed]
-        r = seed % len(row) if row else 0
-        out += [(name, seed) for name in row[r:] + row[:r]]
-    return out
-
-
-def plan_of(args) -> dict[str, list[tuple[str, int]]]:
-    """{"heterogeneous": [(name, seed), ...], "homogeneous": [...]} of the arguments: strategies
-    and variants interleaved by seed on --cluster, the --homo_strategies on --homo_cluster."""
-    names, homo, variants = _names(args.strategies), _names(args.homo_strategies), _names(args.variants)
-    het = [(n, args.seeds if n in MANY_SEEDS else args.other_seeds) for n in names]
-    het += [(v, args.variant_seeds) for v in variants]
-    out = {"heterogeneous": schedule(het)}
-    if args.homo_cluster and homo:
-        out["homogeneous"] = schedule([(n, args.homo_seeds) for n in homo])
-    return out
-
-
-def expected_run_s(name: str, args, spacing: float | None = None) -> float:
-    """A run's wall time by the time model above (set-up, training to target or the budget, tail,
-    the evaluations after the stop)."""
-    if args.dataset != "digits32":  # --quick's digits: tiny model and test set, short runs
-        spacing, startup, train = args.eval_interval_s, 20.0, {}
-    else:
-        spacing = spacing or max(args.eval_interval_s, EVAL_SPACING_S["digits32"])
-        startup, train = STARTUP_S, EXPECTED_TRAIN_S
-    tail = args.tail_s if args.tail_s is not None else tail_for(spacing)
-    t = train.get(name, VARIANT_TRAIN_S if name in VARIANTS else args.budget_s / 2)
-    reached = t is not None and t < args.budget_s
-    return startup + (t + tail if reached else args.budget_s) + POST_EVALS * spacing + STOP_S
-
-
-class Clock:
-    """The wall-time cap (--max_minutes): every strategy run is required; a variant run is made only
-    if the time left, after the expected time of every required run still to come, allows it.
-    Expected times: the median wall time measured so far of the same name (a variant: of ASHL's
-    runs before any of its own), else the time model."""
-
-    def __init__(self, args, plan):
-        self.args, self.t0 = args, time.monotonic()
-        self.cap_s = args.max_minutes * 60 if args.max_minutes else math.inf
-        self.pending = [name for runs in plan.values() for name, _ in runs if name not in VARIANTS]
-        self.walls: dict[str, list[float]] = {}
-        self.skipped: list[str] = []
-
-    def expected(self, name: str) -> float:
-        for key in (name, "ashl" if name in VARIANTS else None):
-            if key in self.walls:
-                return statistics.median(self.walls[key])
-        return expected_run_s(name, self.args)
-
-    def allows(self, name: str, seed: int) -> bool:
-        if name not in VARIANTS:
-            return True
-        need = self.expected(name) + sum(self.expected(n) for n in self.pending)
-        if time.monotonic() - self.t0 + need <= self.cap_s:
-            return True
-        self.skipped.append(f"{name} seed {seed}")
-        return False
-
-    def done(self, name: str, wall: float) -> None:
-        self.walls.setdefault(name, []).append(wall)
-        if name in self.pending:
-            self.pending.remove(name)
-
-
-def tail_for(spacing_s: float) -> float:
-    """stop_after_target_s that lets the chief see CONSECUTIVE evaluations from the first one at
-    target: it stops once the (CONSECUTIVE-1)-th after it has finished (+50% of a spacing for
-    jitter); the evaluation at the stop is the last one of the curve."""
-    return round((CONSECUTIVE - 1 + 0.5) * spacing_s, 1)
-
-
-def estimate(args) -> dict:
-    """The configuration by the time model: its runs, their expected wall time (s) without the
-    cap, and with it (--max_minutes: which variant runs the cap would leave out at these costs)."""
-    plan = plan_of(args)
-    runs = [name for r in plan.values() for name, _ in r]
-    full = sum(expected_run_s(n, args) for n in runs)
-    cap = args.max_minutes * 60 if args.max_minutes else math.inf
-    required = [n for n in runs if n not in VARIANTS]
-    t, left, made, skipped = 0.0, list(required), 0, 0
-    for n in runs:
-        if n in VARIANTS:
-            if t + expected_run_s(n, args) + sum(expected_run_s(m, args) for m in left) > cap:
-                skipped += 1
-                continue
-            made += 1
-        else:
-            left.remove(n)
-        t += expected_run_s(n, args)
-    return {"runs": len(runs), "full_s": round(full), "capped_s": round(t), "variant_runs": made + skipped,
-            "variant_runs_in_cap": made}
-
-
-def estimate_s(args) -> float:
-    """The expected wall time (s) of the configuration under its cap, by the time model."""
-    return estimate(args)["capped_s"]
-
-
 # ---- running ----
 
-def _names(csv: str) -> list[str]:
-    return [n for n in (csv or "").split(",") if n]
 
 
 def _spacing(curve) -> float | None:
