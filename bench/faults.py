@@ -155,7 +155,7 @@ def scenario_d(cluster, args, work):
                        "error": None if isinstance(final, dict) else str(final)}
     a, b = runs["slowed_mid_run"]["examples_per_sec"], runs["fresh_plan"]["examples_per_sec"]
     ratio = None if not a or not b else round(a / b, 3)
-    replanned = any(victim in r.why and r.t >= slow_at for r in runs["slowed_mid_run"]["drift_replans"])
+    replanned = any(victim in r["why"] and r["t"] >= slow_at for r in runs["slowed_mid_run"]["drift_replans"])
     return {"scenario": "d", "what": f"ASHL, {victim} slowed 3x at {slow_at:.0f} s: re-planned, throughput in the "
             f"last {budget - window:.0f} s against a fresh plan for the new speeds", **runs,
             "throughput_over_fresh_plan": ratio, "replanned_on_drift": replanned,
@@ -285,7 +285,7 @@ def main():
         else:
             rows += scenario_e(cluster, args, work)
     out = {"cluster": args.cluster, "target_accuracy": args.target, "logdirs": work, "scenarios": rows,
-           "all_ok": all(r.ok for r in rows), "seconds": round(time.time() - t0, 1)}
+           "all_ok": all(r["ok"] for r in rows), "seconds": round(time.time() - t0, 1)}
     print(json.dumps(out, indent=1))
     return 0 if out["all_ok"] else 1
 
