@@ -317,6 +317,12 @@ class Decisions:
         return [schedule.WorkerTiming(g, max(1e-3, s["profile_iter_ms"]), s["profile_pull_ms"] + s["profile_push_ms"],
                                       s["profile_push_ms"], s["profile_pull_ms"]) for g, s in self.live(stats).items()]
 
+    def _planned(self, stats) -> list[schedule.WorkerTiming]:
+        """The live groups' timings of the last plan with each (their profile), else the profile on the board."""
+        live = self.live(stats)
+        known = [self._timing_of[g] for g in live if g in self._timing_of]
+        return known if len(known) == len(live) else self._profiled(stats)
+
     def _measured(self, stats, totals: Totals, since: Totals | None = None) -> list[schedule.WorkerTiming] | None:
         """The live groups' timings measured since `since` (default: the last plan's totals); None
         until every live group has committed in that window."""
@@ -385,23 +391,19 @@ class Decisions:
         """The switch to SHL at shl_loss: as published, planned from the profile like AHL; with
         `replan`, from the rounds measured since the last plan (or all of AHL), and re-plans on drift
         and every replan_interval_s."""
+        switch = self.phase == "ahl" and self.phases.observe_loss(loss, steps_of(totals), snap.now) == "shl"
+        why = "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss)
         if not self.sync.replan:
-            if self.phase == "ahl" and self.phases.observe_loss(loss, steps_of(totals), snap.now) == "shl":
-                live = self.live(snap.stats)
-                known = [self._timing_of[g] for g in live if g in self._timing_of]
-                return self._plan("shl", known if len(known) == len(live) else self._profiled(snap.stats), totals,
-                                  snap.now, "training loss %.4f <= %.4f" % (loss, self.sync.shl_loss), old_phase="ahl")
-            return []
+            return self._plan("shl", self._planned(snap.stats), totals, snap.now, why, old_phase="ahl") if switch else []
         live = self._measured(snap.stats, totals)
         drifted = self._drift(totals)
         # a drift with nothing measured since it began (e.g. a group gone silent) waits for the next evaluation
         since = min((d[3] for d in drifted), key=steps_of) if drifted else None
         measured = drifted and (self._measured(snap.stats, totals, since) or live)
-        if self.phase == "ahl" and self.phases.observe_loss(loss, steps_of(totals), snap.now) == "shl":
+        if switch:
             # a re-plan just before the switch leaves nothing measured since: use all of AHL, not the profile
             timings = live or self._measured(snap.stats, totals, self._phase_totals) or self._profiled(snap.stats)
-            return self._plan("shl", timings, totals, snap.now, "training loss %.4f <= %.4f" % (
-                loss, self.sync.shl_loss), old_phase="ahl")
+            return self._plan("shl", timings, totals, snap.now, why, old_phase="ahl")
         if measured:
             return self._plan(self.phase, measured, totals, snap.now, "drift: " + "; ".join(
                 "%s %.1f ms/iter planned, %.1f ms/iter over the last %d evaluations"

@@ -122,7 +122,7 @@ def ashl_controls(sync: SyncConfig, timings: Sequence[schedule.WorkerTiming], ph
     """ASHL's H_i, R_i and D_i for `phase` ("ahl" or "shl") from the groups' timings (ms). As
     published, D_i = H_i / sum H of SHL's plan in both phases (phase_shares: of this phase's plan)."""
     h, ratios = _rounds(sync, timings, phase)
-    shares = schedule.data_shares(h if sync.phase_shares else _rounds(sync, timings, "shl")[0])
+    shares = schedule.data_shares(h if sync.phase_shares or phase == "shl" else _rounds(sync, timings, "shl")[0])
     return {t.name: dataclasses.replace(previous[t.name], local_steps=h[t.name], ratio=ratios[t.name],
                                         scale=shares[t.name], share=shares[t.name]) for t in timings}
 

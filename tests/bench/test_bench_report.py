@@ -1,31 +1,20 @@
 """bench/report.py renders REPORT.md and its plots from recorded benchmark JSON (the quick mode's
 report generation on a small recorded input); bench/suite.py records failures as failed."""
-import importlib.util
 import json
 import os
 import re
 import shutil
-import sys
 
 import pytest
+
+from bench_modules import load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECORDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recorded")
 
 
-def _load(name):
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", name + ".py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.pop(0)
-
-
-report = _load("report")
-suite = _load("suite")
+report = load("report")
+suite = load("suite")
 
 
 def _rec(name):

@@ -1,16 +1,13 @@
 """bench/stats.py: the time-to-accuracy statistics against samples whose answers are known."""
-import importlib.util
 import itertools
 import math
-import os
 import statistics
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("bench_stats", os.path.join(ROOT, "bench", "stats.py"))
-stats = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(stats)
+from bench_modules import load
+
+stats = load("stats")
 
 
 # ---- reached_at ----

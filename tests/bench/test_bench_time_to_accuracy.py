@@ -1,34 +1,22 @@
 """bench/time_to_accuracy.py without a testbed: the schedule, the time estimate, each run's figures,
 the JSON it assembles (keys, statistics, checks) and bench/report.py rendering that JSON."""
-import importlib.util
 import json
-import math
 import os
 import re
 import shutil
-import sys
 import types
 
 import pytest
+
+from bench_modules import load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECORDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recorded")
 RECORDED_V1 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recorded_v1")
 
 
-def _load(name):
-    sys.path.insert(0, os.path.join(ROOT, "bench"))
-    try:
-        spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", name + ".py"))
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.pop(0)
-
-
-tta = _load("time_to_accuracy")
-report = _load("report")
+tta = load("time_to_accuracy")
+report = load("report")
 
 
 def _args(*argv):
