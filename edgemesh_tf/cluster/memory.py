@@ -26,7 +26,7 @@ import dataclasses
 
 from absl import logging
 
-from edgemesh_tf.cluster import cgroup
+from edgemesh_tf.cluster import cgroup, procs
 
 MIB = 1 << 20
 
@@ -49,18 +49,6 @@ class MemoryLimit:
                                                self.charged_at_join_mib))
 
 
-def vm_rss_mib(pid: int) -> float:
-    """Resident memory of `pid` (MiB), 0 if it is gone."""
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def group_name(run_id: str, device: str) -> str:
     return "%s%s-%s" % (cgroup.PREFIX, run_id, device)
 
@@ -68,7 +56,7 @@ def group_name(run_id: str, device: str) -> str:
 def limit(group: cgroup.MemoryGroup, pid: int, budget_mib: int) -> MemoryLimit:
     """Moves the idle server `pid` into `group` (created by the caller) and sets its limit to what
     the group is charged now plus `budget_mib`."""
-    idle = vm_rss_mib(pid)
+    idle = procs.read_vm_kb(pid, "VmRSS") / 1024  # MiB, 0 if it is gone
     group.add(pid)
     charged = group.read("memory.usage_in_bytes")
     group.set_limit(charged + budget_mib * MIB)

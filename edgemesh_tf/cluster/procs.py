@@ -76,3 +76,15 @@ def terminate(p: subprocess.Popen, timeout_s: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait(5.0)
+
+
+def read_vm_kb(pid: int, field: str) -> int:
+    """VmHWM / VmRSS of a process, in KiB (0 if unreadable)."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0

@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from edgemesh_tf.cluster.procs import read_vm_kb  # noqa: F401  (step_timer and bench import it from here)
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.models.spec import ModelSpec
 from edgemesh_tf.models.shapes import layer_shapes
@@ -59,18 +60,6 @@ def fit_link(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> tuple[flo
     slope, intercept = np.polyfit(np.asarray(sizes_bytes, float), np.asarray(times_ms, float), 1)
     slope = max(slope, 1e-12)
     return max(0.0, intercept / 2.0), 8.0 / (slope * 1e3)  # bytes/ms -> Mbit/s
-
-
-def read_vm_kb(pid: int, field: str) -> int:
-    """VmHWM / VmRSS of a process, in KiB (0 if unreadable)."""
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfile], session_target: str,
