@@ -1,7 +1,9 @@
 """Synthetic profiles and an exhaustive reference search for the planner tests."""
 import itertools
 import random
+import time
 
+from edgemesh_tf.planner import model_stats, plan
 from edgemesh_tf.planner.cost import predict
 from edgemesh_tf.planner.division import quantum
 from edgemesh_tf.planner.polish import compositions  # noqa: F401 (the tests import it from here)
@@ -49,3 +51,11 @@ def random_cluster(stats, n, seed=0):
     rng = random.Random(seed)
     return [flops_device("edge%d" % i, stats, rng.choice([1, 2, 4, 8]), i, bw=rng.choice([10, 50, 100, 1000]),
                          lat=rng.choice([1, 2, 5, 10]), mem=rng.choice([256, 512, 1024]) << 20) for i in range(n)]
+
+
+def plan_random_cluster(spec, n, batch=32):
+    """(the plan of `random_cluster` with n devices, the seconds planning took, the devices)."""
+    devs = random_cluster(model_stats(spec, batch), n)
+    start = time.perf_counter()
+    result = plan(profile(spec, devs, batch), spec)
+    return result, time.perf_counter() - start, devs

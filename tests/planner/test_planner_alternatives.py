@@ -2,10 +2,9 @@
 import dataclasses
 import itertools
 import random
-import time
 
 import pytest
-from planner_util import device, exhaustive_best, flops_device, profile, random_cluster
+from planner_util import device, exhaustive_best, flops_device, plan_random_cluster, profile
 
 from edgemesh_tf.models.spec import LayerSpec, ModelSpec
 from edgemesh_tf.models.zoo import get_model
@@ -150,12 +149,7 @@ def test_within_two_percent_of_brute_force(seed, k, n_layers, tight):
 
 
 def test_256_devices_plan_in_under_5s():
-    spec = get_model("vgg", (32, 32, 3), 10)
-    stats = model_stats(spec, 32)
-    devs = random_cluster(stats, 256)
-    start = time.perf_counter()
-    result = plan(profile(spec, devs, 32), spec)
-    elapsed = time.perf_counter() - start
+    result, elapsed, devs = plan_random_cluster(get_model("vgg", (32, 32, 3), 10), 256)
     assert elapsed < 5.0, "planning 256 devices took %.2f s" % elapsed
     used = [n for g in result.groups for n in g.names]
     assert len(used) == len(set(used)) and len(used) + len(result.idle) == 256

@@ -1,9 +1,8 @@
 """The adaptive grid: capability-balanced groups, throughput scoring, and planning time."""
 import dataclasses
-import time
 
 import pytest
-from planner_util import device, flops_device, profile, random_cluster
+from planner_util import device, flops_device, plan_random_cluster, profile
 
 from edgemesh_tf.models.zoo import get_model
 from edgemesh_tf.planner import PlanError, capability_groups, model_stats, plan
@@ -13,11 +12,7 @@ VGG32 = get_model("vgg", (32, 32, 3), 10)
 
 
 def test_sixteen_devices_vgg_plans_in_under_5s():
-    stats = model_stats(VGG32, 32)
-    devs = random_cluster(stats, 16)
-    start = time.perf_counter()
-    result = plan(profile(VGG32, devs, 32), VGG32)
-    elapsed = time.perf_counter() - start
+    result, elapsed, devs = plan_random_cluster(VGG32, 16)
     assert elapsed < 5.0, "planning 16 devices took %.2f s" % elapsed
     used = [n for g in result.groups for n in g.names]
     assert len(used) == len(set(used)) and sorted(used + list(result.idle)) == sorted(d.name for d in devs)
