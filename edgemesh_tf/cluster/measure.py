@@ -13,15 +13,17 @@ and must only stay at or below the file's figure.
 from __future__ import annotations
 
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
 
-from edgemesh_tf.cluster import procs, probe, workload
+from edgemesh_tf.cluster import netns, procs, probe, workload
 
-_SINK = ("import socket,sys\ns=socket.socket();s.bind(('0.0.0.0',0));s.listen(8);print(s.getsockname()[1],flush=True)\n"
+# binds to its namespace's own address (argv[1]), not to every interface
+_SINK = ("import socket,sys\ns=socket.socket();s.bind((sys.argv[1],0));s.listen(8);print(s.getsockname()[1],flush=True)\n"
          "b=bytearray(1<<20)\nwhile True:\n c,_=s.accept()\n while c.recv_into(b):pass\n c.sendall(b'k');c.close()\n")
 
 
@@ -91,9 +93,13 @@ class LinkSinks:
 
     def __init__(self, cluster, names):
         self.cluster, self.procs, self.ports = cluster, {}, {}
+        index = {d.name: i for i, d in enumerate(cluster.spec.devices)}
+        # the namespace end of each device's link: no forwarder in the way
+        self.hosts = {n: netns.addresses(cluster.run.data["slot"], index[n])[1] for n in names}
         try:
             for n in names:
-                p = procs.spawn(["ip", "netns", "exec", cluster.devices[n].netns, sys.executable, "-c", _SINK],
+                p = procs.spawn(["ip", "netns", "exec", cluster.devices[n].netns, sys.executable, "-c", _SINK,
+                                 self.hosts[n]],
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                 self.procs[n] = p
                 self.ports[n] = int(p.stdout.readline())
@@ -105,14 +111,9 @@ class LinkSinks:
         out, threads = {}, []
 
         def send(n):
-            from edgemesh_tf.cluster import netns  # the namespace end: no forwarder in the way
-
-            index = [d.name for d in self.cluster.spec.devices].index(n)
-            host = netns.addresses(self.cluster.run.data["slot"], index)[1]
             rate = self.cluster.spec.device(n).bandwidth_mbit or 1000.0
             nbytes, buf = int(rate * 1e6 / 8 * seconds), b"x" * (1 << 16)
-            import socket
-            s = socket.create_connection((host, self.ports[n]), timeout=10)
+            s = socket.create_connection((self.hosts[n], self.ports[n]), timeout=10)
             t, sent = time.perf_counter(), 0
             while sent < nbytes:
                 s.sendall(buf)
