@@ -280,10 +280,6 @@ class JobSettings:
         """The JobSettings fields of this object (also of a JobConfig), as keyword arguments."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(JobSettings)}
 
-    @property
-    def settings(self) -> "JobSettings":
-        return JobSettings(**self.settings_dict())
-
     def job_config(self, groups, **wiring) -> "JobConfig":
         """The JobConfig of these settings for `groups`; wiring: ps_device, chief_device,
         device_names, device_info (or JobSettings fields to override)."""

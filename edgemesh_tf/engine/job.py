@@ -26,7 +26,7 @@ from edgemesh_tf.cluster.reach import of_testbed as _of_testbed
 from edgemesh_tf.cluster.spec import ClusterFile
 from edgemesh_tf.engine import records
 from edgemesh_tf.engine.chief import Chief
-from edgemesh_tf.engine.config import GroupSpec, JobConfig
+from edgemesh_tf.engine.config import GroupSpec, JobConfig, JobSettings
 from edgemesh_tf.engine.rejoin import Rejoiner
 from edgemesh_tf.mesh.layout import single_device_layout
 
@@ -192,6 +192,5 @@ def job_config(cluster: ClusterFile, groups, settings=None, **kwargs) -> JobConf
                          "parameter server" % cluster.path)
     kwargs.setdefault("device_names", {d.device_string: d.name for d in cluster.devices})
     kwargs.setdefault("device_info", {d.name: {"speed": d.speed} for d in cluster.workers if d.speed})
-    base = settings.settings_dict() if settings is not None else {}
-    return JobConfig(**{**base, **kwargs}, groups=tuple(groups), ps_device=ps[0].device_string,
-                     chief_device=cluster.master.device_string)
+    return (settings or JobSettings()).job_config(groups, ps_device=ps[0].device_string,
+                                                  chief_device=cluster.master.device_string, **kwargs)
