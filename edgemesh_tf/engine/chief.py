@@ -68,7 +68,7 @@ class Chief:
         idx = np.random.RandomState(cfg.seed).permutation(len(self.data.train_x))[:LOSS_SUBSET]
         self.loss_x, self.loss_y = self.data.train_x[idx], self.data.train_y[idx]
         sub = np.random.RandomState(cfg.seed + 1).permutation(len(self.data.test_x))[:cfg.eval_examples]
-        self.tests = {False: (self.data.test_x[sub], self.data.test_y[sub]), True: (self.data.test_x, self.data.test_y)}
+        self.eval_x, self.eval_y = self.data.test_x[sub], self.data.test_y[sub]  # the evaluations' subset
         self.ckpt_dir = os.path.join(cfg.logdir, "checkpoints")
         self.report = JobReport(cfg, spec)
         self.emit = records.Emitter(emit).open(cfg.logdir, self.report.record)
@@ -130,13 +130,13 @@ class Chief:
             return self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()})
 
     def _evaluate(self, sess, full: bool = False) -> tuple[float, float]:
-        """(held-out accuracy on the evaluation subset, or the whole test set if `full`; mean training
-        loss on the fixed subset) of the global model."""
+        """The global model's (accuracy on the evaluation subset or all test data, training-subset loss)."""
         with self._replica:
             self._run(sess, self.g.pull)
             self._run(sess, self.g.train.copy_masters_to_slices)
-            return evaluate(lambda f, feeds: self._run(sess, f, feeds), self.g.train, *self.tests[full],
-                            self.loss_x, self.loss_y, EVAL_BATCH)
+            x, y = (self.data.test_x, self.data.test_y) if full else (self.eval_x, self.eval_y)
+            return evaluate(lambda f, feeds: self._run(sess, f, feeds), self.g.train, x, y, self.loss_x, self.loss_y,
+                            EVAL_BATCH)
 
     def _evaluated(self, action: decide.Evaluated) -> None:
         self.report.eval(action.record, action.totals, action.controls)
