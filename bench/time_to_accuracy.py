@@ -100,8 +100,9 @@ class ClusterRuns:
     def run_all(self, order, progress, clock):
         from edgemesh_tf.cluster import emulated_cluster
         from edgemesh_tf.engine.job import default_groups, job_config, run_job
+        from edgemesh_tf.engine.warm import WarmGroups
         args, cluster = self.args, self.cluster
-        with emulated_cluster(cluster) as em:
+        with emulated_cluster(cluster) as em, WarmGroups() as pool:
             self.info.update(compute=em.compute, network=em.network)
             for name, seed in order:
                 if not clock.allows(name, seed):
@@ -114,7 +115,7 @@ class ClusterRuns:
                                  eval_interval_s=args.eval_interval_s, checkpoint_interval_s=60.0, seed=seed,
                                  logdir=logdir)
                 t0 = time.monotonic()
-                final = run_job(cfg, cluster, testbed=em)
+                final = run_job(cfg, cluster, testbed=em, pool=pool)
                 if _TERMINATED or "SIGTERM" in str(final.get("why")):  # the chief took the signal: the run is cut short
                     raise Interrupted()
                 rec = run_record(final, seed, args.target, tail, time.monotonic() - t0, logdir)

@@ -25,33 +25,46 @@ VARIANTS = {
     # not run by default: the project's two other departures from the paper, alone
     "ashl+project_staleness": {"strategy": "ashl", "staleness_rule": "project"},
     "ashl+constant_lr": {"strategy": "ashl", "lr_schedule": "constant"},
+    # ADSP with its own paper's constant rate instead of the optimizer it shares with ASHL by default
+    "adsp+constant_lr": {"strategy": "adsp", "lr_schedule": "constant"},
 }
 DEFAULT_VARIANTS = ("ashl_project", "ashl+error_feedback", "ashl+replan", "ashl+compress_in_ahl",
-                    "ashl+phase_shares", "ashl+budget_compression")
+                    "ashl+phase_shares", "ashl+budget_compression", "adsp+constant_lr")
 CONFIGS = {**STRATEGIES, **VARIANTS}
 MANY_SEEDS = ("ashl", "adsp")  # get --seeds on --cluster
 
-# The time model of --estimate and the docstring (s). STARTUP_S: a run's set-up on edge4 (4 group
-# processes import TF, generate digits32, build their graphs and connect; the chief initialises
-# the model); POST_EVALS: after the stop the chief waits for the evaluation in flight and makes a
-# final one; EVAL_SPACING_S: one evaluation of vgg_m on digits32's 5,400 test images on this machine
-# (back to back: it takes longer than --eval_interval_s); EXPECTED_TRAIN_S: training time to
-# target (ADSP ~30-60 s on the task; ASHL ~0.7 of it, the paper's claim; None: runs to its budget).
-STARTUP_S = 30.0
-POST_EVALS = 2
+# The time model of --estimate and the docstring (s). STARTUP_S: a run's set-up on edge4 with warm
+# group processes (engine/warm.py: TensorFlow and digits32 already loaded; what is left is each
+# device's first run of the round's graphs under its CPU quota, ~17 s on edge3, and the chief's
+# start), FIRST_STARTUP_S more for a cluster's first run (the processes start); EVAL_SPACING_S: one
+# evaluation of vgg_m on the chief's 1,000-image subset during training (~2.5 s, then the interval);
+# FINAL_EVAL_S: the evaluation in flight at the stop plus the final one on all 5,400 test images;
+# EXPECTED_TRAIN_S: training time to target (None: runs to its budget).
+STARTUP_S = 20.0
+FIRST_STARTUP_S = 20.0
+FINAL_EVAL_S = {"digits32": 17.0}
 STOP_S = 3.0
-EVAL_SPACING_S = {"digits32": 8.0}  # else --eval_interval_s
-EXPECTED_TRAIN_S = {"adsp": 45.0, "ashl": 32.0, "asp": 60.0, "local_sgd": 45.0, "bsp": None, "ssp": None}
-VARIANT_TRAIN_S = 32.0
+EVAL_SPACING_S = {"digits32": 4.0}  # else --eval_interval_s
+EXPECTED_TRAIN_S = {"adsp": 64.0, "ashl": 54.0, "asp": 60.0, "local_sgd": 45.0, "bsp": None, "ssp": None}
+VARIANT_TRAIN_S = 54.0
 
-DEFAULTS = {"dataset": "digits32", "model": "vgg_m", "target": 0.93, "budget_s": 90.0,
+DEFAULTS = {"dataset": "digits32", "model": "vgg_m", "target": 0.92, "budget_s": 80.0,
             "strategies": "bsp,adsp,ashl", "seeds": 8, "other_seeds": 3,
-            "homo_cluster": "layouts/homo4.yaml", "homo_strategies": "ashl,adsp", "homo_seeds": 2,
-            "variants": ",".join(DEFAULT_VARIANTS), "variant_seeds": 3, "eval_interval_s": 1.0, "max_minutes": 45.0}
+            "homo_cluster": "layouts/homo4.yaml", "homo_strategies": "ashl,adsp", "homo_seeds": 3,
+            "variants": "", "variant_seeds": 3, "eval_interval_s": 1.0, "max_minutes": 0.0}
+# The variants table (`make bench-variants`, the suite's ashl_variants): each variant against its
+# strategy as published, interleaved, on the heterogeneous cluster only.
+VARIANT_RUN = ("--strategies", "ashl,adsp", "--seeds", "3", "--homo_cluster", "", "--variants",
+               ",".join(DEFAULT_VARIANTS), "--variant_seeds", "3")
 # --quick (make bench QUICK=1): the whole pipeline, small; figures are not evidence.
 QUICK = {"dataset": "digits", "model": "vgg", "target": 0.9, "budget_s": 15.0, "strategies": "bsp,adsp,ashl",
          "seeds": 2, "other_seeds": 1, "homo_strategies": "ashl,adsp", "homo_seeds": 1,
          "variants": "ashl_project", "variant_seeds": 1, "eval_interval_s": 0.5, "max_minutes": 8.0}
+
+
+def base_of(name: str) -> str:
+    """The strategy a variant is measured against (its --sync run as published)."""
+    return CONFIGS[name]["strategy"]
 
 
 def sync_config(name: str):
@@ -89,14 +102,14 @@ def expected_run_s(name: str, args, spacing: float | None = None) -> float:
     """A run's wall time by the time model above (set-up, training to target or the budget, tail,
     the evaluations after the stop)."""
     if args.dataset != "digits32":  # --quick's digits: tiny model and test set, short runs
-        spacing, startup, train = args.eval_interval_s, 20.0, {}
+        spacing, startup, train, final = args.eval_interval_s, 10.0, {}, 2 * args.eval_interval_s
     else:
         spacing = spacing or max(args.eval_interval_s, EVAL_SPACING_S["digits32"])
-        startup, train = STARTUP_S, EXPECTED_TRAIN_S
+        startup, train, final = STARTUP_S, EXPECTED_TRAIN_S, FINAL_EVAL_S["digits32"]
     tail = args.tail_s if args.tail_s is not None else tail_for(spacing)
     t = train.get(name, VARIANT_TRAIN_S if name in VARIANTS else args.budget_s / 2)
     reached = t is not None and t < args.budget_s
-    return startup + (t + tail if reached else args.budget_s) + POST_EVALS * spacing + STOP_S
+    return startup + (t + tail if reached else args.budget_s) + final + STOP_S
 
 
 class Clock:
@@ -113,7 +126,7 @@ class Clock:
         self.skipped: list[str] = []
 
     def expected(self, name: str) -> float:
-        for key in (name, "ashl" if name in VARIANTS else None):
+        for key in (name, base_of(name) if name in VARIANTS else None):
             if key in self.walls:
                 return statistics.median(self.walls[key])
         return expected_run_s(name, self.args)
@@ -145,10 +158,11 @@ def estimate(args) -> dict:
     cap, and with it (--max_minutes: which variant runs the cap would leave out at these costs)."""
     plan = plan_of(args)
     runs = [name for r in plan.values() for name, _ in r]
-    full = sum(expected_run_s(n, args) for n in runs)
+    first = FIRST_STARTUP_S * len(plan) if args.dataset == "digits32" else 0.0  # each cluster's processes start
+    full = first + sum(expected_run_s(n, args) for n in runs)
     cap = args.max_minutes * 60 if args.max_minutes else math.inf
     required = [n for n in runs if n not in VARIANTS]
-    t, left, made, skipped = 0.0, list(required), 0, 0
+    t, left, made, skipped = first, list(required), 0, 0
     for n in runs:
         if n in VARIANTS:
             if t + expected_run_s(n, args) + sum(expected_run_s(m, args) for m in left) > cap:

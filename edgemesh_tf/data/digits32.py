@@ -9,9 +9,13 @@ of held-out originals only, so a model cannot score by recognising a training im
 Images float32 (N, 32, 32, 1) in [0, 1], labels int32 in 0..9. Deterministic for a seed. With
 the defaults: 1347 train originals x 16 variants = 21,552 train images, 450 test originals x 12
 variants = 5,400 test images (~110 MB as float32); about 3-4 s to build on this 2-core machine
-(numpy + scipy.ndimage, vectorised over all images), so nothing is cached on disk.
+(numpy + scipy.ndimage, vectorised over all images), so nothing is cached on disk. A process keeps
+the last datasets it built (read-only arrays): a warm group process (engine/warm.py) builds it once
+for all the jobs it runs.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -125,9 +129,14 @@ def digits32_with_sources(test_fraction: float = 0.25, train_variants: int = 16,
     return Dataset("digits32", *parts, num_classes=10), sources[0], sources[1]
 
 
+@functools.lru_cache(maxsize=2)
 def digits32(test_fraction: float = 0.25, train_variants: int = 16, test_variants: int = 12,
              seed: int = 0) -> Dataset:
     """Generate ``digits32`` (see the module docstring): train images are ``train_variants``
     distortions of each train original, test images ``test_variants`` distortions of each held-out
-    original; both shuffled; train and test originals never overlap."""
-    return digits32_with_sources(test_fraction, train_variants, test_variants, seed)[0]
+    original; both shuffled; train and test originals never overlap. Cached per process: the
+    arrays are read-only."""
+    data = digits32_with_sources(test_fraction, train_variants, test_variants, seed)[0]
+    for a in (data.train_x, data.train_y, data.test_x, data.test_y):
+        a.setflags(write=False)
+    return data

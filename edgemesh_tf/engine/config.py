@@ -28,6 +28,7 @@ STRATEGIES = ("bsp", "asp", "ssp", "local_sgd", "adsp", "ashl")
 COMPRESSIONS = ("none", "fixed", "ashl", "budget")
 STALENESS_RULES = ("published", "project")
 LR_SCHEDULES = ("constant", "cosine")
+COSINE_BY_DEFAULT = ("ashl", "adsp")  # strategies that commit every few local iterations: one optimizer for both
 
 
 class FieldError(ValueError):
@@ -173,7 +174,9 @@ class SyncConfig:
     lr_schedule: str | None = setting(None, "Learning rate per commit of a group: constant, or cosine (the ASHL "
                                       "authors': linear warm-up over --lr_warmup commits, cosine decay to 0 over "
                                       "--lr_cosine_commits, SGD weight decay 5e-4, restarted at the AHL -> SHL switch "
-                                      "without warm-up). Default: cosine for --sync ashl, else constant.",
+                                      "without warm-up). Default: cosine for --sync ashl and adsp (the same optimizer for both; "
+                                      "ADSP has no switch), else constant (the decay counts commits, and a strategy "
+                                      "that commits every iteration would decay H times sooner).",
                                       choices=LR_SCHEDULES)
     lr_warmup: int = setting(0, "--lr_schedule cosine: warm-up commits in AHL. The authors warm up over 5 of their "
                              "200 scheduler steps (epochs, one step per 6 commits: 2.5% of training); our runs are "
@@ -195,7 +198,7 @@ class SyncConfig:
         if self.compression is None and self.strategy in STRATEGIES:
             object.__setattr__(self, "compression", "ashl" if self.strategy == "ashl" else "none")
         if self.lr_schedule is None:
-            object.__setattr__(self, "lr_schedule", "cosine" if self.strategy == "ashl" else "constant")
+            object.__setattr__(self, "lr_schedule", "cosine" if self.strategy in COSINE_BY_DEFAULT else "constant")
         validate(self)
         if self.lr_warmup >= self.lr_cosine_commits:
             raise FieldError(type(self), "lr_warmup", "lr_warmup (%d commits) must be < lr_cosine_commits (%d)"

@@ -55,10 +55,11 @@ def groups_of_plan(cluster: ClusterFile, plan, path: str, batch_size: int) -> tu
 
 class GroupProcesses:
     """The running group clients; `exited()` names the ones whose process has ended. launch:
-    {group: (network namespace or None, grpc target of its first device, step delay factor)}."""
+    {group: (network namespace or None, grpc target of its first device, step delay factor)}.
+    pool: run the clients in these warm processes (`warm.WarmGroups`) instead of starting new ones."""
 
-    def __init__(self, cfg: JobConfig, launch: dict[str, tuple[str | None, str, float]]):
-        self.cfg = cfg
+    def __init__(self, cfg: JobConfig, launch: dict[str, tuple[str | None, str, float]], pool=None):
+        self.cfg, self.pool = cfg, pool
         os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
         self.config_path = os.path.join(cfg.logdir, "job.json")
         with open(self.config_path, "w") as f:
@@ -84,13 +85,18 @@ class GroupProcesses:
         netns, target, delay = launch
         j = self.cfg.group_names.index(name)
         self.restarts[name] += 1
-        cmd = [sys.executable, "-m", "edgemesh_tf.engine.group", "--config", self.config_path, "--group", str(j),
-               "--target", target, "--step_delay_factor", str(delay), "--restart", str(self.restarts[name])]
+        argv = ["--config", self.config_path, "--group", str(j), "--target", target,
+                "--step_delay_factor", str(delay), "--restart", str(self.restarts[name])]
         if layout is not None:
             path = os.path.join(self.cfg.logdir, "groups", name + ".layout.json")
             with open(path, "w") as f:
                 json.dump(layout, f, indent=1)
-            cmd += ["--layout", path]
+            argv += ["--layout", path]
+        if self.pool is not None:
+            self.procs[name] = self.pool.run(netns, argv, self.logs[name], self.env)
+            self.started[name] = time.monotonic()
+            return self.procs[name].pid
+        cmd = [sys.executable, "-m", "edgemesh_tf.engine.group"] + argv
         if netns:
             cmd = ["ip", "netns", "exec", netns] + cmd
         with open(self.logs[name], "a") as log:
@@ -159,10 +165,11 @@ def _stop_on_sigterm(chief: Chief):
 
 def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
             emit: Callable[[records.Record], None] = lambda rec: None, up_kwargs: dict | None = None,
-            testbed=None) -> dict:
+            testbed=None, pool=None) -> dict:
     """Runs the job to its stop condition; returns the chief's final record (`records.Final.to_dict()`,
     with the group exit codes and the testbed). emit: every record of the job (records.py).
-    testbed: an already running `EmulatedCluster` of `cluster` to use (and leave running)."""
+    testbed: an already running `EmulatedCluster` of `cluster` to use (and leave running). pool: a
+    `warm.WarmGroups` whose processes run the group clients (a benchmark of many jobs on one testbed)."""
     by_device = {d.device_string: d.name for d in cluster.devices}
     started_here = testbed is None
     reach = reach_servers(cluster, emulate, up_kwargs) if started_here else contextlib.nullcontext(_of_testbed(testbed))
@@ -170,7 +177,7 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
         if started_here:  # a caller that passed its testbed has said what it is
             emit(records.Testbed(**servers.summary))
         launch = {g.name: servers.launch[by_device[g.layout["devices"][0]]] for g in cfg.groups}
-        groups = GroupProcesses(cfg, launch)
+        groups = GroupProcesses(cfg, launch, pool)
         rejoiner = Rejoiner(cfg, groups, servers.launch, servers.addresses)
         try:
             chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait,

@@ -53,7 +53,8 @@ def test_learning_rate_schedule_warms_up_in_ahl_and_restarts_in_shl():
     assert rules.learning_rate(cos, 0.1, "ahl", 5) == pytest.approx(0.1)
     assert rules.learning_rate(cos, 0.1, "ahl", 100) < 0.1
     assert rules.learning_rate(cos, 0.1, "shl", 0) == pytest.approx(0.1)  # restart, no warm-up
-    flat = SyncConfig(strategy="adsp")
+    assert SyncConfig(strategy="adsp").lr_schedule == "cosine"  # the same optimizer as ASHL: like for like
+    flat = SyncConfig(strategy="bsp")
     assert flat.lr_schedule == "constant" and flat.weight_decay == 0.0
     assert rules.learning_rate(flat, 0.1, "train", 1000) == 0.1
     with pytest.raises(ValueError, match="lr_warmup .* must be < lr_cosine_commits"):
