@@ -94,7 +94,8 @@ def _tta_section_v1(rec, res, out_dir) -> tuple[str, list[str]]:
     return "\n".join(text), plots
 
 
-VARIANT_LABELS = {"ashl": "ASHL as published (baseline)", "ashl_project": "the project's ASHL (all its rules)",
+VARIANT_LABELS = {"ashl": "ASHL as published (baseline)", "adsp": "ADSP as published (baseline)",
+                  "adsp+constant_lr": "ADSP, constant rate without weight decay", "ashl_project": "the project's ASHL (all its rules)",
                   "ashl+error_feedback": "+ error feedback", "ashl+replan": "+ re-planning (drift, interval)",
                   "ashl+compress_in_ahl": "+ top-k in AHL too", "ashl+phase_shares": "+ per-phase data shares",
                   "ashl+budget_compression": "+ the project's per-link top-k rule (budget)",
@@ -102,6 +103,45 @@ VARIANT_LABELS = {"ashl": "ASHL as published (baseline)", "ashl_project": "the p
 HEADLINES = (("ashl_over_adsp", "ASHL ÷ ADSP", "heterogeneous"), ("ashl_over_bsp", "ASHL ÷ BSP", "heterogeneous"),
              ("homogeneous_ashl_over_adsp", "ASHL ÷ ADSP", "homogeneous"),
              ("homogeneous_ashl_over_bsp", "ASHL ÷ BSP", "homogeneous"))
+
+
+def variants_table(res: dict) -> list[str]:
+    """The variants of a time_to_accuracy result: each strategy as published, then its variants,
+    each with its ratio to that baseline (interleaved runs), CI and p."""
+    var = res.get("variants", {}).get("variants", {})
+    if not var:
+        return []
+    text = [f"### Variants: what each of the project's rules buys (`{res['variants'].get('cluster')}`)\n",
+            "Each of the project's ASHL rules alone on top of the published ASHL, all of them together (the "
+            "project's ASHL), and ADSP with its own paper's constant rate instead of the optimizer it shares with "
+            "ASHL. Ratio < 1: faster than the strategy as published, run interleaved with it; CI and p as above.\n"]
+    rows = []
+    for v, s in var.items():
+        opts = {k: x for k, x in (s.get("sync") or {}).items() if k != "strategy"}
+        ratio = s.get("ratio_to_baseline", s.get("ratio_to_ashl"))  # format 2 recorded ratio_to_ashl
+        rows.append([VARIANT_LABELS.get(v, v), "`" + v + "`" + (" " + ", ".join(f"{k}={x}" for k, x in opts.items())
+                                                                 if opts else ""),
+                     _median_time(s), s.get("reached", "—"), fmt(ratio, 3),
+                     _ci(s.get("ratio_to_baseline_ci95", s.get("ratio_to_ashl_ci95"))), fmt(s.get("p"), 4),
+                     fmt(s.get("final_accuracy"), 4)])
+    text.append(table(["Variant", "Options", "Median time to target", "Reached", "÷ as published", "95% CI", "p",
+                       "Final accuracy"], rows) + "\n")
+    return text
+
+
+def variants_section(rec, out_dir) -> tuple[str, list[str]]:
+    """The ashl_variants record (`make bench-variants`): its own run of bench/time_to_accuracy.py."""
+    text = ["## ASHL and ADSP variants (`make bench-variants`)\n", _status_line(rec)]
+    res = result(rec)
+    if not res:
+        return "\n".join(text), []
+    text.append(f"`{res.get('model')}` on `{res.get('dataset')}` to **{res['target_accuracy']:.0%}** "
+                f"({res.get('consecutive_evaluations')} evaluations in a row), budget {res.get('budget_s')} s, "
+                f"{res.get('seeds', {}).get('variants')} seeds per variant and per baseline, interleaved; not part "
+                "of `make bench` (about 50 minutes).\n")
+    text += variants_table(res)
+    text.append(f"Wall time: {fmt(res.get('wall_s'), 0)} s.\n")
+    return "\n".join(text), []
 
 
 def _ci(ci, digits=3) -> str:
@@ -128,7 +168,8 @@ def plot_seeds(res: dict, path: str) -> None:
             continue
         entries = [(LABELS.get(n, n), s) for n, s in c["strategies"].items()]
         if key == "heterogeneous":
-            entries += [(v, s) for v, s in res.get("variants", {}).get("variants", {}).items() if v != "ashl"]
+            entries += [(v, s) for v, s in res.get("variants", {}).get("variants", {}).items()
+                        if v not in c["strategies"]]
         panels.append((_cluster_name(c), entries))
     widths = [max(2, len(e)) for _, e in panels] or [1]
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(1.0 + 0.75 * sum(widths), 4.6), squeeze=False,
@@ -187,10 +228,12 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
                 f"held-out accuracy for {res.get('consecutive_evaluations')} evaluations in a row** (the time is the "
                 f"first of them); every run stops a few evaluations after first reaching it (tail "
                 f"{res.get('tail_s')}) or at its budget of {res.get('budget_s')} s. Seeds: {seeds.get('ashl_adsp')} "
-                f"for ASHL and ADSP, {seeds.get('other')} for the other strategies, {seeds.get('variants')} per ASHL "
-                f"variant" + (f", {seeds.get('homogeneous')} on the homogeneous cluster" if res.get("homogeneous") else "")
-                + f"; runs interleaved by seed, variant runs only while the {fmt(res.get('max_minutes'), 0)}-minute cap "
-                "(`--max_minutes`, 0: none) allows. "
+                f"for ASHL and ADSP, {seeds.get('other')} for the other strategies"
+                + (f", {seeds.get('variants')} per variant" if res.get("variants") else "")
+                + (f", {seeds.get('homogeneous')} on the homogeneous cluster" if res.get("homogeneous") else "")
+                + "; runs interleaved by seed"
+                + (f", within a {fmt(res.get('max_minutes'), 0)}-minute cap (`--max_minutes`)" if res.get("max_minutes")
+                   else "") + ". "
                 f"Unreached runs: {res.get('unreached_rule')}. Statistics: {res.get('statistics')}. Times are "
                 "training time (after set-up).\n")
     if res.get("interrupted"):
@@ -238,20 +281,7 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
         text.append("### Per-seed times\n\nOne dot per seed; hollow red dots at the budget did not reach the target "
                     "(counted as the budget); bars are the medians.\n")
         text.append("![tta_seeds](tta_seeds.png)\n")
-    var = res.get("variants", {}).get("variants", {})
-    if var:
-        text.append(f"### ASHL variants: what each of the project's rules buys (`{res['variants'].get('cluster')}`)\n")
-        text.append("Each improvement alone on top of the published ASHL, and all of them together (the project's "
-                    "ASHL). Ratio < 1: faster than the published ASHL; its CI and p as above.\n")
-        vrows = []
-        for v, s in var.items():
-            opts = {k: x for k, x in (s.get("sync") or {}).items() if k != "strategy"}
-            vrows.append([VARIANT_LABELS.get(v, v), "`" + v + "`" + (" " + ", ".join(f"{k}={x}" for k, x in opts.items())
-                                                                     if opts else ""),
-                          _median_time(s), s.get("reached", "—"), fmt(s.get("ratio_to_ashl"), 3),
-                          _ci(s.get("ratio_to_ashl_ci95")), fmt(s.get("p"), 4), fmt(s.get("final_accuracy"), 4)])
-        text.append(table(["Variant", "Options", "Median time to target", "Reached", "÷ published ASHL", "95% CI",
-                           "p", "Final accuracy"], vrows) + "\n")
+    text += variants_table(res)
     if res.get("skipped_for_time"):
         text.append(f"Left out by the {fmt(res.get('max_minutes'), 0)}-minute cap (`--max_minutes`): "
                     + ", ".join(res["skipped_for_time"]) + ".\n")

@@ -111,6 +111,10 @@ class WarmGroups:
                                                     self.env or env)
         return worker.submit(argv, log)
 
+    def pids(self) -> dict[str | None, int]:
+        """{network namespace: pid} of the warm processes alive now."""
+        return {ns: w.proc.pid for ns, w in self._workers.items() if w.proc.poll() is None}
+
     def close(self, timeout_s: float = 10.0) -> None:
         """Ends every warm process: end of input, then SIGTERM/SIGKILL by pid after `timeout_s`."""
         for w in self._workers.values():

@@ -1,16 +1,18 @@
-"""The layout of a job as a person looks at it: devices x layers, each cell the device's share of the
+"""The layout of a job as a person looks at it: for each group and layer, each device's share of the
 layer's filters (units), with each device's speed, memory and predicted vs measured step time.
 
 `layout_rows` computes the plain data; `markdown_table` and `render_png` present it (matplotlib,
-Agg backend, imported only here). FLOPs follow planner.model_stats (forward FLOPs x 3 for forward
-plus backward).
+Agg backend, imported only here). `render_png` draws one bar per layer, split by device, at a fixed
+700 px width so TensorBoard's image card shows it unscaled; `bar_segments` holds its drawing
+decisions as plain data. FLOPs follow planner.model_stats (forward FLOPs x 3 for forward plus
+backward).
 """
 from __future__ import annotations
 
 import dataclasses
 import io
 import math
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.planner.model_stats import ModelStats
@@ -108,32 +110,132 @@ def markdown_table(rows: Sequence[DeviceRow]) -> str:
     return "\n".join(lines)
 
 
+FIG_WIDTH_IN, DPI = 7.0, 100  # 700 px: TensorBoard's image card shows it without scaling it down
+BAR_IN = 0.3  # height of one bar (or group heading) slot
+MIN_TEXT_SHARE = 0.08  # narrower segments have no room for their percentage
+REPLICATED_COLOR = "#c8c8c8"
+
+
+class Segment(NamedTuple):
+    device: str | None  # device name; None: every device of the group (a replicated layer)
+    width: float  # fraction of the bar, 0..1
+    text: str  # written inside the segment ('' when too narrow)
+
+
+class Bar(NamedTuple):
+    group: str
+    layer: str
+    segments: list[Segment]
+    note: str  # shown next to the layer name ('' if none), e.g. "x2 replicated"
+
+
+def bar_segments(rows: Sequence[DeviceRow]) -> list[Bar]:
+    """One bar per (group, layer), groups in the order of `rows`, layers as in rows[0].shares.
+
+    A single-device group is one bar ("all layers"). A split layer's shares sum to ~1, so they are
+    the segment widths. A layer every device of a
+    multi-device group holds whole is one grey bar, not N x 100%. Shares summing to more than 1
+    otherwise (partly replicated, e.g. a batch split on a 2-D mesh) are normalised and noted."""
+    if not rows:
+        return []
+    layers = list(rows[0].shares)
+    groups = list(dict.fromkeys(r.group for r in rows))
+    bars = []
+    for group in groups:
+        devs = [r for r in rows if r.group == group]
+        if len(devs) == 1:  # a data-parallel replica: one bar, so many of them stay short
+            bars.append(Bar(group, "all layers", [Segment(devs[0].name, 1.0, "whole model on " + devs[0].name)], ""))
+            continue
+        for layer in layers:
+            shares = [r.shares.get(layer, 0.0) for r in devs]
+            total = sum(shares)
+            if all(abs(s - 1.0) <= 1e-6 for s in shares):
+                bars.append(Bar(group, layer, [Segment(None, 1.0, "replicated on all %d" % len(devs))], ""))
+                continue
+            scale, note = 1.0, ""
+            if total > 1.0 + 1e-6:
+                scale, note = 1.0 / total, "x%.3g replicated" % total
+            segs = [Segment(r.name, s * scale, "%.0f%%" % (100 * s * scale) if s * scale >= MIN_TEXT_SHARE else "")
+                    for r, s in zip(devs, shares) if s > 0]
+            bars.append(Bar(group, layer, segs, note))
+    return bars
+
+
+def _device_colors(rows: Sequence[DeviceRow]) -> dict[str, tuple]:
+    """One colour per device name for the whole picture; greys left out (they mean replicated)."""
+    import matplotlib
+    names = list(dict.fromkeys(r.name for r in rows))
+    if len(names) <= 9:
+        palette = [c for i, c in enumerate(matplotlib.colormaps["tab10"].colors) if i != 7]
+    else:
+        palette = [c for i, c in enumerate(matplotlib.colormaps["tab20"].colors) if i not in (14, 15)]
+    return {n: palette[i % len(palette)] for i, n in enumerate(names)}
+
+
 def render_png(rows: Sequence[DeviceRow], title: str = "layout") -> bytes:
-    """A heat map (layers x devices, cell = share of the layer's filters) with the devices'
-    speed, memory and step times under their names; PNG bytes."""
+    """Per group, one horizontal bar per layer split into the devices' shares of its filters,
+    with a legend of the devices' speed, memory and step times; 700 px wide whatever the number
+    of devices; PNG bytes."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
+    from matplotlib.colors import to_rgb
+    from matplotlib.patches import Patch
 
-    layers = list(rows[0].shares)
-    grid = np.array([[r.shares[l] for r in rows] for l in layers])
-    fig, ax = plt.subplots(figsize=(max(6.0, 2.0 + 1.9 * len(rows)), 1.6 + 0.55 * len(layers)), dpi=100)
-    ax.imshow(grid, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
-    for i in range(len(layers)):
-        for j in range(len(rows)):
-            ax.text(j, i, "%.0f%%" % (100 * grid[i, j]), ha="center", va="center",
-                    color="white" if grid[i, j] > 0.6 else "black", fontsize=9)
-    ax.set_yticks(range(len(layers)), layers)
-    labels = ["%s [%s]\nspeed %s\nmem %s/%s MiB\nstep %s/%s ms" % (
-        r.name, r.group, _fmt(r.speed, "", 2), _fmt(r.predicted_memory_mib, "", 0), _fmt(r.measured_memory_mib, "", 0),
-        _fmt(r.predicted_step_ms), _fmt(r.measured_step_ms)) for r in rows]
-    ax.set_xticks(range(len(rows)), labels, fontsize=8)
-    ax.xaxis.tick_top()
-    ax.set_title("%s: share of each layer's filters per device\n(memory and step time: predicted / measured)" % title,
-                 fontsize=9, pad=78)
-    fig.tight_layout()
+    bars = bar_segments(rows)
+    colors = _device_colors(rows)
+    groups = list(dict.fromkeys(b.group for b in bars))
+    devices = list(dict.fromkeys(r.name for r in rows))
+    ncol = 2 if len(devices) > 1 else 1
+    legend_rows = math.ceil(len(devices) / ncol)
+    slots = max(1, len(groups) + len(bars))  # one heading slot per group, one per bar
+    top_in, bars_in, axis_in = 0.45, BAR_IN * slots, 0.35
+    legend_in = 0.3 + 0.2 * legend_rows
+    height_in = top_in + bars_in + axis_in + legend_in
+    fig = plt.figure(figsize=(FIG_WIDTH_IN, height_in), dpi=DPI)
+    left_in, right_in = 1.5, 0.2
+    ax = fig.add_axes([left_in / FIG_WIDTH_IN, (axis_in + legend_in) / height_in,
+                       (FIG_WIDTH_IN - left_in - right_in) / FIG_WIDTH_IN, bars_in / height_in])
+
+    ticks, labels, y = [], [], 0  # y grows downwards (axis inverted below)
+    for group in groups:
+        names = ", ".join(r.name for r in rows if r.group == group)
+        if len(names) > 70:  # keep the heading within the width
+            names = "%d devices" % sum(r.group == group for r in rows)
+        ax.text(0.0, y, "group %s (%s)" % (group, names), ha="left", va="center", fontsize=8, fontweight="bold")
+        y += 1
+        for bar in (b for b in bars if b.group == group):
+            left = 0.0
+            for seg in bar.segments:
+                color = REPLICATED_COLOR if seg.device is None else colors[seg.device]
+                ax.barh(y, seg.width, left=left, height=0.8, color=color, edgecolor="white", linewidth=0.8)
+                if seg.text:
+                    r, g, b = to_rgb(color)
+                    dark = 0.299 * r + 0.587 * g + 0.114 * b < 0.55
+                    ax.text(left + seg.width / 2, y, seg.text, ha="center", va="center", fontsize=7,
+                            color="white" if dark else "black")
+                left += seg.width
+            ticks.append(y)
+            labels.append(bar.layer + (" (%s)" % bar.note if bar.note else ""))
+            y += 1
+    ax.set_ylim(slots - 0.5, -0.5)
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_xlim(0.0, 1.0)
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0], ["0%", "25%", "50%", "75%", "100%"], fontsize=7)
+    ax.tick_params(axis="y", length=0)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    fig.suptitle("%s: share of each layer's filters per device" % title, fontsize=10,
+                 y=1.0 - 0.12 / height_in, va="top")
+
+    handles = [Patch(color=colors[r.name], label="%s · speed %s · mem %s/%s MiB · step %s/%s ms" % (
+        r.name, _fmt(r.speed, "", 2), _fmt(r.predicted_memory_mib, "", 0), _fmt(r.measured_memory_mib, "", 0),
+        _fmt(r.predicted_step_ms), _fmt(r.measured_step_ms))) for r in {r.name: r for r in rows}.values()]
+    if handles:
+        fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, legend_in / height_in), ncol=ncol,
+                   fontsize=7, title="memory and step time: predicted / measured", title_fontsize=7,
+                   frameon=False, handlelength=1.2, columnspacing=1.2)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format="png", dpi=DPI)  # no bbox_inches="tight": it would change the width
     plt.close(fig)
     return buf.getvalue()

@@ -31,10 +31,14 @@ def test_default_plan_has_the_issues_seed_counts():
     count = lambda runs, n: sum(1 for name, _ in runs if name == n)  # noqa: E731
     assert count(het, "ashl") >= 8 and count(het, "adsp") >= 8
     assert count(het, "bsp") == 3
-    for v in tta.DEFAULT_VARIANTS:
-        assert count(het, v) == _args().variant_seeds >= 1
-    assert {n for n, _ in plan["homogeneous"]} == {"ashl", "adsp"}
+    assert {n for n, _ in plan["homogeneous"]} == {"ashl", "adsp"} and len(plan["homogeneous"]) == 6
     assert sorted(s for n, s in het if n == "ashl") == list(range(count(het, "ashl")))
+    # the variants table is its own run (the suite's ashl_variants): every variant with its baseline
+    v = tta.plan_of(_args(*tta.VARIANT_RUN))
+    assert "homogeneous" not in v
+    for name in tta.DEFAULT_VARIANTS:
+        assert count(v["heterogeneous"], name) == 3 and count(v["heterogeneous"], tta.base_of(name)) == 3
+    assert {tta.base_of(n) for n in tta.DEFAULT_VARIANTS} == {"ashl", "adsp"}
 
 
 def test_runs_are_interleaved_by_seed_and_rotated():
@@ -44,12 +48,13 @@ def test_runs_are_interleaved_by_seed_and_rotated():
     assert seeds == sorted(seeds)  # every strategy's seed k before any seed k + 1
 
 
-def test_default_benchmark_is_estimated_within_45_minutes():
+def test_default_benchmark_is_estimated_within_50_minutes():
     e = tta.estimate(_args())
-    assert e["capped_s"] <= 45 * 60 and e["capped_s"] == tta.estimate_s(_args())
-    assert e["full_s"] >= e["capped_s"] and e["variant_runs"] == 18
+    assert e["capped_s"] <= 50 * 60 and e["capped_s"] == tta.estimate_s(_args()) == e["full_s"]
+    assert e["variant_runs"] == 0
     assert tta.estimate_s(_args("--quick")) <= 6 * 60
-    assert tta.estimate(_args("--max_minutes", "0"))["variant_runs_in_cap"] == 18
+    v = tta.estimate(_args(*tta.VARIANT_RUN))
+    assert v["variant_runs"] == v["variant_runs_in_cap"] == 3 * len(tta.DEFAULT_VARIANTS)
     assert "Estimated wall time of the defaults" in tta._help_estimate()
 
 
@@ -82,7 +87,7 @@ def test_quick_changes_only_the_defaults():
     assert a.dataset == "digits" and a.seeds == 2
     assert _args("--quick", "--seeds", "3").seeds == 3
     d = _args()
-    assert (d.dataset, d.model, d.target, d.seeds, d.other_seeds, d.variant_seeds) == ("digits32", "vgg_m", 0.93, 8, 3, 3)
+    assert (d.dataset, d.model, d.target, d.seeds, d.other_seeds, d.variant_seeds) == ("digits32", "vgg_m", 0.92, 8, 3, 3)
 
 
 def test_every_strategy_and_variant_is_a_valid_sync_config():
@@ -96,6 +101,8 @@ def test_every_strategy_and_variant_is_a_valid_sync_config():
         "budget", True, True, True, True, "project", "constant")
     published = tta.sync_config("ashl")
     assert (published.compression, published.error_feedback, published.replan) == ("ashl", False, False)
+    assert tta.sync_config("adsp").lr_schedule == "cosine" == published.lr_schedule  # one optimizer for both
+    assert tta.sync_config("adsp+constant_lr").lr_schedule == "constant"
 
 
 # ---- one run's figures ----
@@ -149,9 +156,10 @@ def _assembled():
     args = _args()
     clusters = {"heterogeneous": _cluster("layouts/edge4.yaml", {
                     "bsp": BSP, "adsp": ADSP, "ashl": ASHL, "ashl_project": [24, 16, 24],
-                    "ashl+error_feedback": [32, 40, 32]}),
+                    "ashl+error_feedback": [32, 40, 32], "adsp+constant_lr": [64, 56, 72]}),
                 "homogeneous": _cluster("layouts/homo4.yaml", {"ashl": [24, 32, 24], "adsp": [32, 24, 24]})}
-    args.variants = "ashl_project,ashl+error_feedback"
+    args.variants = "ashl_project,ashl+error_feedback,adsp+constant_lr"
+    args.budget_s = 90.0
     return tta.assemble(args, clusters, estimate=2500.0, wall=2400.0, workdir="/tmp/tta-x", interrupted=False)
 
 
@@ -176,13 +184,15 @@ def test_assembled_json_has_the_issues_keys():
     assert len(s["ashl"]["runs"]) == 8 and s["ashl"]["times_s"] == ASHL
 
 
-def test_variants_are_compared_with_the_published_ashl():
+def test_variants_are_compared_with_their_strategy_as_published():
     v = _assembled()["variants"]["variants"]
-    assert list(v) == ["ashl", "ashl_project", "ashl+error_feedback"]
-    assert v["ashl_project"]["ratio_to_ashl"] == pytest.approx(24 / 32)
-    assert v["ashl+error_feedback"]["ratio_to_ashl"] == pytest.approx(32 / 32)
+    assert list(v) == ["ashl", "ashl_project", "ashl+error_feedback", "adsp", "adsp+constant_lr"]
+    assert v["ashl_project"]["ratio_to_baseline"] == pytest.approx(24 / 32)
+    assert v["ashl+error_feedback"]["ratio_to_baseline"] == pytest.approx(32 / 32)
+    assert v["adsp+constant_lr"]["baseline"] == "adsp"
+    assert v["adsp+constant_lr"]["ratio_to_baseline"] == pytest.approx(64 / 56, abs=1e-4)
     assert v["ashl_project"]["sync"]["replan"] is True
-    assert len(v["ashl_project"]["ratio_to_ashl_ci95"]) == 2 and 0 < v["ashl_project"]["p"] <= 1
+    assert len(v["ashl_project"]["ratio_to_baseline_ci95"]) == 2 and 0 < v["ashl_project"]["p"] <= 1
 
 
 def test_checks_carry_value_threshold_and_result():
@@ -241,9 +251,11 @@ def test_report_shows_the_ratios_cis_and_p_values(rendered_v2):
 def test_report_shows_the_variants_and_checks(rendered_v2):
     _, text, out = rendered_v2
     row = next(ln for ln in text.splitlines() if ln.startswith("| the project's ASHL"))
-    assert f"| {round(out['variants']['variants']['ashl_project']['ratio_to_ashl'], 3)} |" in row
+    assert f"| {round(out['variants']['variants']['ashl_project']['ratio_to_baseline'], 3)} |" in row
     assert "`ashl_project` compression=budget" in row
     assert "| + error feedback |" in text
+    adsp_row = next(ln for ln in text.splitlines() if ln.startswith("| ADSP, constant rate"))
+    assert f"| {round(out['variants']['variants']['adsp+constant_lr']['ratio_to_baseline'], 3)} |" in adsp_row
     for name, c in out["checks"].items():
         assert f"| {name} |" in text
     assert "| adsp_median_ge_30s | 56.0 | >= 30 s | pass |" in text

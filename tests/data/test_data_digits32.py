@@ -89,3 +89,12 @@ def test_harder_than_digits_but_not_noise(built):
     assert easy > 0.95
     assert hard < easy - 0.1, (easy, hard)
     assert hard > 0.5, hard  # still digits: a learner finds the signal
+
+
+def test_a_process_builds_it_once_and_nobody_can_change_it():
+    # a warm group process (engine/warm.py) serves many jobs from one build: no job may alter it
+    first = load_dataset("digits32")
+    assert load_dataset("digits32") is first
+    for a in (first.train_x, first.train_y, first.test_x, first.test_y):
+        with pytest.raises(ValueError, match="read-only"):
+            a[0] = 0
