@@ -109,18 +109,28 @@ class ClusterRuns:
             for name, seed in order:
                 if not clock.allows(name, seed):
                     continue
-                logdir = os.path.join(self.workdir, cluster.name, f"{name}-{seed}")
-                tail = self.tail_s()
-                cfg = job_config(cluster, default_groups(cluster, args.batch), sync=sync_config(name),
-                                 model=args.model, dataset=args.dataset, target_accuracy=args.target,
-                                 stop_after_target_s=tail, time_budget_s=args.budget_s,
-                                 eval_interval_s=args.eval_interval_s, checkpoint_interval_s=60.0, seed=seed,
-                                 logdir=logdir)
-                t0 = time.monotonic()
-                final = run_job(cfg, cluster, testbed=em, pool=pool)
+                tail, failed = self.tail_s(), []
+                for attempt in range(2):  # a run whose job fails (a group that could not start) is made again, once
+                    logdir = os.path.join(self.workdir, cluster.name, f"{name}-{seed}" + ("-again" if attempt else ""))
+                    cfg = job_config(cluster, default_groups(cluster, args.batch), sync=sync_config(name),
+                                     model=args.model, dataset=args.dataset, target_accuracy=args.target,
+                                     stop_after_target_s=tail, time_budget_s=args.budget_s,
+                                     eval_interval_s=args.eval_interval_s, checkpoint_interval_s=60.0, seed=seed,
+                                     logdir=logdir)
+                    t0 = time.monotonic()
+                    try:
+                        final = run_job(cfg, cluster, testbed=em, pool=pool)
+                        break
+                    except (RuntimeError, TimeoutError) as e:
+                        if attempt or _TERMINATED:
+                            raise
+                        failed.append(str(e).splitlines()[0])
+                        print(f"[tta] {name} seed {seed} failed ({failed[-1]}); making it again", file=sys.stderr,
+                              flush=True)
                 if _TERMINATED or "SIGTERM" in str(final.get("why")):  # the chief took the signal: the run is cut short
                     raise Interrupted()
                 rec = run_record(final, seed, args.target, tail, time.monotonic() - t0, logdir)
+                rec["failed_attempts"] = failed
                 if rec["eval_spacing_s"] is not None:
                     self.spacings.append(rec["eval_spacing_s"])
                 self.runs.setdefault(name, []).append(rec)

@@ -50,8 +50,8 @@ VARIANT_TRAIN_S = 54.0
 
 DEFAULTS = {"dataset": "digits32", "model": "vgg_m", "target": 0.92, "budget_s": 80.0,
             "strategies": "bsp,adsp,ashl", "seeds": 8, "other_seeds": 3,
-            "homo_cluster": "layouts/homo4.yaml", "homo_strategies": "ashl,adsp", "homo_seeds": 3,
-            "variants": "", "variant_seeds": 3, "eval_interval_s": 1.0, "max_minutes": 0.0}
+            "homo_cluster": "layouts/homo4.yaml", "homo_strategies": "ashl,adsp", "homo_seeds": 2,
+            "variants": ",".join(DEFAULT_VARIANTS), "variant_seeds": 2, "eval_interval_s": 1.0, "max_minutes": 0.0}
 # The variants table (`make bench-variants`, the suite's ashl_variants): each variant against its
 # strategy as published, interleaved, on the heterogeneous cluster only.
 VARIANT_RUN = ("--strategies", "ashl,adsp", "--seeds", "3", "--homo_cluster", "", "--variants",

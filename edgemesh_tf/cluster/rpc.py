@@ -12,6 +12,12 @@ import time
 from edgemesh_tf.mesh.compat import tf
 
 TRANSIENT = (tf.errors.AbortedError, tf.errors.UnavailableError)
+DUPLICATE = "request was received twice"  # also surfaces as a CancelledError of the step's other partitions
+
+
+def transient(e: tf.errors.OpError) -> bool:
+    """Whether running the same idempotent request again may succeed."""
+    return isinstance(e, TRANSIENT) or (isinstance(e, tf.errors.CancelledError) and DUPLICATE in (e.message or ""))
 
 
 def run_idempotent(sess, fetches, feeds=None, *, timeout_s: float, what: str):
@@ -23,11 +29,13 @@ def run_idempotent(sess, fetches, feeds=None, *, timeout_s: float, what: str):
         remaining = deadline - time.monotonic()
         try:
             return sess.run(fetches, feeds, options=tf.RunOptions(timeout_in_ms=max(1, int(remaining * 1000))))
-        except TRANSIENT as e:
+        except tf.errors.DeadlineExceededError:
+            raise TimeoutError("%s: no answer within %.0f s" % (what, timeout_s)) from None
+        except tf.errors.OpError as e:
+            if not transient(e):
+                raise
             if time.monotonic() + delay > deadline:
                 raise TimeoutError("%s: no answer within %.0f s; last error: %s"
                                    % (what, timeout_s, e.message.splitlines()[0])) from None
             time.sleep(delay)
             delay = min(1.0, delay * 2)
-        except tf.errors.DeadlineExceededError:
-            raise TimeoutError("%s: no answer within %.0f s" % (what, timeout_s)) from None

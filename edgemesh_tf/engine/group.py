@@ -92,6 +92,11 @@ class GroupRunner:
     def _run(self, sess, fetches, feeds=None):
         return sess.run(fetches, feeds, options=tf.RunOptions(timeout_in_ms=self.timeout_ms))
 
+    def _run_again_if_lost(self, sess, fetches, feeds=None):
+        """A start-up run (initialisation, warm-up): idempotent, so run again after a transient error."""
+        return run_idempotent(sess, fetches, feeds, timeout_s=self.cfg.startup_timeout_s,
+                              what="group %s starting up" % self.name)
+
     def _read(self, sess) -> dict:
         """The control board and the counters; the report of the last round rides along (one round
         trip to the ps instead of two)."""
@@ -162,7 +167,7 @@ class GroupRunner:
         if not self.restart:  # a fresh job on servers that ran one before: free that run's state
             tf.Session.reset(self.target, [self._container(0)], config=config)
         with tf.Session(self.target, graph=self.g.train.graph, config=config) as sess:
-            self._run(sess, [self.g.train.init_op, self.g.local_init])
+            self._run_again_if_lost(sess, [self.g.train.init_op, self.g.local_init])
             self.g.ps.wait_until_initialized(sess, timeout_s=cfg.startup_timeout_s)
             self._warm_up(sess)
             self._report(sess, loss=float("nan"))
@@ -190,20 +195,21 @@ class GroupRunner:
     def _warm_up(self, sess) -> None:
         """Runs every graph of a round once before the start, so that the servers' one-off graph set-up
         is not timed as training: a pull, one iteration, and dense and top-k pushes of scale 0 (the
-        global model does not change; the chief zeroes the commit counters before the start)."""
+        global model does not change; the chief zeroes the commit counters before the start), each
+        idempotent (the iteration's change is undone by the initialisation at the end)."""
         g = self.g
         self._read(sess)  # a read with no report riding along, as the first one of the training loop
-        self._run(sess, g.pull)
-        self._run(sess, g.train.copy_masters_to_slices)
+        self._run_again_if_lost(sess, g.pull)
+        self._run_again_if_lost(sess, g.train.copy_masters_to_slices)
         xb, yb = next(batches(self.data.train_x, self.data.train_y, self.spec_g.batch_size, 0))
         # the fetches of `_train_steps`: TF builds an executor per fetch signature, and that build (about
         # 0.5 s on a slow device) must not land in the first timed iteration (it skews ASHL's profile)
-        self._run(sess, [g.train.loss, g.train.train_op], {g.train.images: xb, g.train.labels: yb,
+        self._run_again_if_lost(sess, [g.train.loss, g.train.train_op], {g.train.images: xb, g.train.labels: yb,
                                                            g.train.learning_rate: self.cfg.learning_rate})
-        self._run(sess, g.train.copy_slices_to_masters)
+        self._run_again_if_lost(sess, g.train.copy_slices_to_masters)
         for push, ratio in ((g.push_dense, 1.0), (g.push_sparse, 0.5)):
-            self._run(sess, push, {g.ratio: ratio, g.scale: 0.0})
-        self._run(sess, [g.train.init_op, g.local_init])  # momentum and error feedback start empty
+            self._run_again_if_lost(sess, push, {g.ratio: ratio, g.scale: 0.0})
+        self._run_again_if_lost(sess, [g.train.init_op, g.local_init])  # momentum and error feedback start empty
 
     def _go(self, vals) -> bool:
         return self.g.board.heartbeat_of(vals) > 0
