@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?=
 QUICK ?=
 
-.PHONY: install browser run test test-fast bench bench-variants clean
+.PHONY: install browser run test test-fast bench clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -37,11 +37,6 @@ test-fast: install
 # The emulated benchmarks need root (network namespaces, cgroups).
 bench: install
 	$(BIN)/python bench/suite.py $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
-
-# The ASHL variants table (~50 min; not in `make bench`): each of the project's rules against
-# published ASHL, ADSP's own constant rate against ADSP; its results join bench/REPORT.md.
-bench-variants: install
-	$(BIN)/python bench/suite.py --only ashl_variants $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

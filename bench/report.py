@@ -11,9 +11,9 @@ import json
 import os
 
 from report_common import LABELS, MIB, _compact, _status_line, fmt, plt, result, table  # noqa: F401
-from report_tta import tta_section, variants_section
+from report_tta import tta_section
 
-ORDER = ("uneven_split", "emulation", "planner", "edgemesh_claims", "time_to_accuracy", "ashl_variants", "faults")
+ORDER = ("uneven_split", "emulation", "planner", "edgemesh_claims", "time_to_accuracy", "faults")
 
 
 def load(results_dir: str) -> tuple[dict, dict]:
@@ -198,7 +198,7 @@ def faults_section(rec, out_dir) -> tuple[str, list[str]]:
     return "\n".join(text), []
 
 
-SECTIONS = {"time_to_accuracy": tta_section, "ashl_variants": variants_section, "edgemesh_claims": claims_section, "planner": planner_section,
+SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, "planner": planner_section,
             "emulation": emulation_section, "uneven_split": uneven_section, "faults": faults_section}
 
 
@@ -224,8 +224,7 @@ def render(results_dir: str, out_dir: str) -> str:
                       [[n, "ok" if r.get("status") == "ok" else f"**failed** ({r.get('error')})",
                         fmt(r.get("seconds"), 0), f"`{r.get('command', '—')}`"] for n, r in records.items()]) + "\n")
     body = []
-    for name in ("time_to_accuracy", "ashl_variants", "edgemesh_claims", "planner", "emulation", "uneven_split",
-                 "faults"):
+    for name in ("time_to_accuracy", "edgemesh_claims", "planner", "emulation", "uneven_split", "faults"):
         text, _ = SECTIONS[name](records[name], out_dir)
         body.append(text)
     failed = [r for r in records.values() if r.get("status") != "ok" and r.get("stderr_tail")]

@@ -114,7 +114,9 @@ def variants_table(res: dict) -> list[str]:
     text = [f"### Variants: what each of the project's rules buys (`{res['variants'].get('cluster')}`)\n",
             "Each of the project's ASHL rules alone on top of the published ASHL, all of them together (the "
             "project's ASHL), and ADSP with its own paper's constant rate instead of the optimizer it shares with "
-            "ASHL. Ratio < 1: faster than the strategy as published, run interleaved with it; CI and p as above.\n"]
+            "ASHL. Ratio < 1: faster than the strategy as published (its runs above, interleaved with the "
+            f"variants'); {res.get('seeds', {}).get('variants')} seeds per variant, so only large effects show; CI "
+            "and p as above.\n"]
     rows = []
     for v, s in var.items():
         opts = {k: x for k, x in (s.get("sync") or {}).items() if k != "strategy"}
@@ -127,21 +129,6 @@ def variants_table(res: dict) -> list[str]:
     text.append(table(["Variant", "Options", "Median time to target", "Reached", "÷ as published", "95% CI", "p",
                        "Final accuracy"], rows) + "\n")
     return text
-
-
-def variants_section(rec, out_dir) -> tuple[str, list[str]]:
-    """The ashl_variants record (`make bench-variants`): its own run of bench/time_to_accuracy.py."""
-    text = ["## ASHL and ADSP variants (`make bench-variants`)\n", _status_line(rec)]
-    res = result(rec)
-    if not res:
-        return "\n".join(text), []
-    text.append(f"`{res.get('model')}` on `{res.get('dataset')}` to **{res['target_accuracy']:.0%}** "
-                f"({res.get('consecutive_evaluations')} evaluations in a row), budget {res.get('budget_s')} s, "
-                f"{res.get('seeds', {}).get('variants')} seeds per variant and per baseline, interleaved; not part "
-                "of `make bench` (about 50 minutes).\n")
-    text += variants_table(res)
-    text.append(f"Wall time: {fmt(res.get('wall_s'), 0)} s.\n")
-    return "\n".join(text), []
 
 
 def _ci(ci, digits=3) -> str:

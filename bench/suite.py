@@ -25,7 +25,6 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
 import report  # noqa: E402
-from tta_plan import VARIANT_RUN  # noqa: E402
 from edgemesh_tf.engine.config import STRATEGIES  # noqa: E402
 
 
@@ -38,7 +37,6 @@ class Bench:
     full: tuple[str, ...]
     quick: tuple[str, ...]
     timeout_s: float
-    default: bool = True  # False: run only when named (--only)
 
 
 CLUSTER = ("--cluster", "layouts/edge4.yaml")
@@ -50,15 +48,10 @@ BENCHES = (
           CLUSTER + ("--steps", "3", "--memory_models", ""), 1200),
     Bench("edgemesh_claims", "edgemesh_claims.py", CLUSTER + ("--steps", "12"),
           CLUSTER + ("--steps", "3", "--memory", "0", "--dataset", "digits"), 1200),
-    # digits32 + vgg_m to 92%: 8 seeds of ASHL and ADSP, 3 of BSP on edge4, 3 of each on homo4
-    # (bench/time_to_accuracy.py --help: the estimate); past the timeout it is sent SIGTERM and prints
-    # the runs made so far
+    # digits32 + vgg_m to 92%: 8 seeds of ASHL and ADSP, 3 of BSP, 2 of each variant on edge4, 2 of ASHL
+    # and ADSP on homo4 (bench/time_to_accuracy.py --help: the estimate); past the timeout it is sent
+    # SIGTERM and prints the runs made so far
     Bench("time_to_accuracy", "time_to_accuracy.py", CLUSTER, CLUSTER + ("--quick",), 6000),
-    # the variants table (make bench-variants, ~50 min: more than make bench affords): each ASHL rule of
-    # the project's alone and all together against published ASHL, ADSP's constant rate against ADSP
-    Bench("ashl_variants", "time_to_accuracy.py", CLUSTER + VARIANT_RUN, CLUSTER + ("--quick",) + VARIANT_RUN
-          + ("--seeds", "1", "--variant_seeds", "1", "--variants", "ashl_project,adsp+constant_lr"), 4200,
-          default=False),
     Bench("faults", "faults.py", CLUSTER, CLUSTER + ("--quick", "--scenarios", "c,e"), 1800),
 )
 
@@ -164,7 +157,7 @@ def main():
     info["quick"] = args.quick
     t0 = time.monotonic()
     for b in BENCHES:
-        if (only and b.name not in only) or (not only and not b.default):
+        if only and b.name not in only:
             continue
         print(f"[bench] {b.name}: running (at most {b.timeout_s:.0f} s)", file=sys.stderr, flush=True)
         rec = run_bench(b, args.quick)

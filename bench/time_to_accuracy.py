@@ -4,7 +4,7 @@
         [--dataset digits32] [--model vgg_m] [--target 0.92] [--budget_s 80]
         [--strategies bsp,adsp,ashl] [--seeds 8] [--other_seeds 3]
         [--homo_strategies ashl,adsp] [--homo_seeds 2]
-        [--variants ashl_project,ashl+error_feedback,...] [--variant_seeds 3] [--max_minutes 45]
+        [--variants ashl_project,ashl+error_feedback,...] [--variant_seeds 2] [--max_minutes 0]
         [--tail_s auto] [--eval_interval_s 1] [--out FILE.json] [--quick] [--estimate]
 
 The task (issue 16): `vgg_m` (1.04 M parameters) on `digits32` (21,552 train / 5,400 test images of
@@ -22,14 +22,14 @@ ASHL and ADSP get --seeds seeds on --cluster, the other --strategies --other_see
 data order): seed k of every strategy starts from the same weights.
 
 Time: `--help` ends with the estimate of the defaults by the time model in tta_plan.py (and
---estimate prints it for any arguments): 25 runs, ~47 min. The group processes are kept warm
+--estimate prints it for any arguments): 37 runs, ~70-80 min. The group processes are kept warm
 across the runs of a cluster (engine/warm.py: TensorFlow and the dataset loaded once), so a run's
 set-up is ~20 s (each device's first run of the round's graphs under its CPU quota) instead of ~40.
-The variants table is a run of its own (`make bench-variants`, the suite's `ashl_variants`, ~48 min:
-`--strategies ashl,adsp --seeds 3 --homo_cluster '' --variants ...`): every --variants entry is
-compared with its strategy as published (`base_of`), interleaved with it. --max_minutes caps the
-wall time: strategy runs are always made, a variant run only while the time left allows it; the
-runs left out are listed under `skipped_for_time`.
+Every --variants entry is compared with its strategy as published (`base_of`), whose runs are
+interleaved with its own. A run whose job fails (e.g. a group that could not start) is made again
+once; its record lists the failure under `failed_attempts`. --max_minutes caps the wall time:
+strategy runs are always made, a variant run only while the time left allows it; the runs left
+out are listed under `skipped_for_time`.
 
 Statistics (bench/stats.py): a run that did not reach the target counts as --budget_s, a LOWER
 BOUND of its time (so a ratio over a strategy with unreached runs is an upper bound of the true
@@ -61,8 +61,8 @@ sys.path.insert(0, HERE)
 
 import stats  # noqa: E402  (bench/stats.py)
 from tta_plan import (CONFIGS, CONSECUTIVE, DEFAULT_VARIANTS, DEFAULTS, EVAL_SPACING_S,  # noqa: E402,F401
-                      EXPECTED_TRAIN_S, FINAL_EVAL_S, MANY_SEEDS, QUICK, STARTUP_S, STRATEGIES, VARIANT_RUN,
-                      VARIANTS, Clock, _names, base_of, estimate, estimate_s, expected_run_s, plan_of, schedule,
+                      EXPECTED_TRAIN_S, FINAL_EVAL_S, MANY_SEEDS, QUICK, STARTUP_S, STRATEGIES, VARIANTS,
+                      Clock, _names, base_of, estimate, estimate_s, expected_run_s, plan_of, schedule,
                       sync_config, tail_for)
 
 

@@ -52,10 +52,6 @@ DEFAULTS = {"dataset": "digits32", "model": "vgg_m", "target": 0.92, "budget_s":
             "strategies": "bsp,adsp,ashl", "seeds": 8, "other_seeds": 3,
             "homo_cluster": "layouts/homo4.yaml", "homo_strategies": "ashl,adsp", "homo_seeds": 2,
             "variants": ",".join(DEFAULT_VARIANTS), "variant_seeds": 2, "eval_interval_s": 1.0, "max_minutes": 0.0}
-# The variants table (`make bench-variants`, the suite's ashl_variants): each variant against its
-# strategy as published, interleaved, on the heterogeneous cluster only.
-VARIANT_RUN = ("--strategies", "ashl,adsp", "--seeds", "3", "--homo_cluster", "", "--variants",
-               ",".join(DEFAULT_VARIANTS), "--variant_seeds", "3")
 # --quick (make bench QUICK=1): the whole pipeline, small; figures are not evidence.
 QUICK = {"dataset": "digits", "model": "vgg", "target": 0.9, "budget_s": 15.0, "strategies": "bsp,adsp,ashl",
          "seeds": 2, "other_seeds": 1, "homo_strategies": "ashl,adsp", "homo_seeds": 1,
