@@ -8,7 +8,7 @@ do not count). What it reaches must not start
   emulator    the emulated testbed: emulated_cluster, EmulatedCluster, up(), reach_servers,
               profile_cluster, run_main_job, `edgemesh cluster up`, `edgemesh run`
   subprocess  another process: subprocess, Popen, procs.spawn, multiprocessing, os.fork/system,
-              a tf.distribute.Server, start_server, run_job, GroupProcesses, calibration.calibrate
+              a tf.distribute.Server, start_server, run_job, GroupProcesses, WarmGroups, calibration.calibrate
   browser     headless Chromium
 
 without the marker, on the test, its module (`pytestmark = [...]`). A test of several kinds
@@ -27,7 +27,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 PATTERNS = {
     "emulator": re.compile(r"\b(emulated_cluster|EmulatedCluster|emulator\.up|reach_servers|reachable_cluster|"
                            r"profile_cluster|run_main_job)\b|'cluster', 'up'|'edgemesh_tf\.cli\.main', 'run'"),
-    "subprocess": re.compile(r"\bsubprocess\.|\b(Popen|spawn|start_server|run_job|GroupProcesses|calibrate|"
+    "subprocess": re.compile(r"\bsubprocess\.|\b(Popen|spawn|start_server|run_job|GroupProcesses|WarmGroups|calibrate|"
                              r"load_or_calibrate)\(|\bmultiprocessing\b|\bos\.(fork|system|exec\w*|posix_spawn\w*)\(|"
                              r"\bdistribute\.Server\(|\bserver\.start\("),
     "browser": re.compile(r"\bChromium\b|'chromium'"),
