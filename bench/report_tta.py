@@ -276,7 +276,8 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
     if checks:
         text.append(table(["Check (issue 16)", "Value", "Threshold", "Result"],
                           [[k, ("≥ " if c.get("value_is_lower_bound") else "") + _compact(c.get("value")),
-                            c.get("threshold"), "pass" if c.get("pass") else "**FAIL**"]
+                            c.get("threshold"), "pass" if c.get("pass") else
+                            "undecided: " + c["undecided"] if c.get("undecided") else "**FAIL**"]
                            for k, c in checks.items()]) + "\n")
     est, wall = res.get("estimate_s"), res.get("wall_s")
     text.append(f"Wall time of the benchmark: {fmt(wall, 0)} s (estimated beforehand: {fmt(est, 0)} s).\n")

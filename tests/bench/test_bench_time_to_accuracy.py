@@ -274,3 +274,14 @@ def test_report_still_renders_the_first_format(tmp_path):
     m = re.search(r"`ashl_over_adsp` = ([0-9]+(?:\.[0-9]+)?)", text)
     assert m and m.group(1) == str(round(old["ratios"]["ashl_over_adsp"], 4))
     assert "Check (issue 5)" in text and (tmp_path / "out" / "tta_homo4.png").exists()
+
+
+def test_final_accuracy_against_a_bsp_that_never_converged_is_undecided():
+    args = _args()
+    args.variants = ""
+    clusters = {"heterogeneous": _cluster("layouts/edge4.yaml", {"adsp": [48, 56], "ashl": [32, 40],
+                                                                  "bsp": [None, None]})}
+    out = tta.assemble(args, clusters, 1.0, 1.0, "/tmp", False)
+    check = out["checks"]["ashl_final_accuracy_within_1pt_of_bsp"]
+    assert check["pass"] is None and "no run" in check["undecided"]
+    assert out["all_checks_pass"] is False
