@@ -95,20 +95,18 @@ class WarmGroups:
     """Warm group processes, one per network namespace (None: this one), started on first use and
     reused by every later job there. Call `run` from a long-lived thread (the processes die with it)."""
 
-    def __init__(self, env: dict | None = None):
-        self.env = env
+    def __init__(self):
         self._workers: dict[str | None, _Worker] = {}
 
     def run(self, netns: str | None, argv: list[str], log: str, env: dict) -> WarmJob:
-        """Starts `python -m edgemesh_tf.engine.group ARGV` in the warm process of `netns`, its
-        output appended to `log`."""
+        """Starts `python -m edgemesh_tf.engine.group ARGV` in the warm process of `netns` (started
+        with `env` if there is none), its output appended to `log`."""
         worker = self._workers.get(netns)
         if worker is None or not worker.usable():
             if worker is not None and worker.proc.poll() is None:
                 procs.terminate(worker.proc, 5.0)  # still in a job that was abandoned: not reusable
             cmd = [sys.executable, "-m", "edgemesh_tf.engine.warm"]
-            worker = self._workers[netns] = _Worker(["ip", "netns", "exec", netns] + cmd if netns else cmd,
-                                                    self.env or env)
+            worker = self._workers[netns] = _Worker(["ip", "netns", "exec", netns] + cmd if netns else cmd, env)
         return worker.submit(argv, log)
 
     def pids(self) -> dict[str | None, int]:
