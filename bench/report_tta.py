@@ -213,8 +213,11 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
     text.append(f"`{res.get('model')}` on `{res.get('dataset')}`, one data-parallel group per worker, batch "
                 f"{res.get('batch_per_group')} per group and local iteration. Target: **{res['target_accuracy']:.0%} "
                 f"held-out accuracy for {res.get('consecutive_evaluations')} evaluations in a row** (the time is the "
-                f"first of them); every run stops a few evaluations after first reaching it (tail "
-                f"{res.get('tail_s')}) or at its budget of {res.get('budget_s')} s. Seeds: {seeds.get('ashl_adsp')} "
+                f"first of them); " + ("every run stops a few evaluations after first reaching it (tail "
+                                        f"{res.get('tail_s')}, recorded before the chief stopped by the same rule)"
+                                        if res.get("tail_s") in ("auto", None) or "target_evaluations" not in res
+                                        else f"the chief stops by the same rule (then {res.get('tail_s')} s more)")
+                + f" or at its budget of {res.get('budget_s')} s. Seeds: {seeds.get('ashl_adsp')} "
                 f"for ASHL and ADSP, {seeds.get('other')} for the other strategies"
                 + (f", {seeds.get('variants')} per variant" if res.get("variants") else "")
                 + (f", {seeds.get('homogeneous')} on the homogeneous cluster" if res.get("homogeneous") else "")

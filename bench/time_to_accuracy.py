@@ -5,14 +5,14 @@
         [--strategies bsp,adsp,ashl] [--seeds 8] [--other_seeds 3]
         [--homo_strategies ashl,adsp] [--homo_seeds 2]
         [--variants ashl_project,ashl+error_feedback,...] [--variant_seeds 2] [--max_minutes 0]
-        [--tail_s auto] [--eval_interval_s 1] [--out FILE.json] [--quick] [--estimate]
+        [--tail_s 0] [--eval_interval_s 1] [--out FILE.json] [--quick] [--estimate]
 
 The task (issue 16): `vgg_m` (1.04 M parameters) on `digits32` (21,552 train / 5,400 test images of
 32x32x1, generated offline), one data-parallel group per worker, batch 32 per group and local
 iteration. A run's time to target is `stats.reached_at(curve, target, consecutive=3)`: the first
-evaluation from which the held-out accuracy stays >= --target for 3 evaluations in a row. A run
-stops --tail_s after the chief first sees the target (auto: long enough for 3 evaluations at the
-evaluation spacing measured on this cluster so far) or at --budget_s.
+evaluation from which the held-out accuracy stays >= --target for 3 evaluations in a row. The chief
+stops by the same rule (`target_evaluations=3`: a dip below the target starts the count again),
+--tail_s after it (default 0), or at --budget_s.
 
 Runs are interleaved: seed 0 of every strategy and variant, then seed 1, ... (the order rotated
 each seed), one testbed per cluster, so that the machine's drift falls on all of them alike.
@@ -82,8 +82,8 @@ def _spacing(curve) -> float | None:
 
 
 class ClusterRuns:
-    """The runs of one cluster: one testbed, the runs in schedule order, the tail re-estimated
-    from the evaluation spacing measured so far."""
+    """The runs of one cluster: one testbed, the runs in schedule order, the evaluation spacing
+    measured so far."""
 
     def __init__(self, path, args, workdir):
         from edgemesh_tf.cluster import load_cluster
@@ -93,11 +93,6 @@ class ClusterRuns:
         self.spacings: list[float] = []
         self.info = {"cluster": path}
 
-    def tail_s(self) -> float:
-        if self.args.tail_s is not None:
-            return self.args.tail_s
-        guess = max(self.args.eval_interval_s, EVAL_SPACING_S.get(self.args.dataset, self.args.eval_interval_s))
-        return tail_for(max([guess] + self.spacings))  # a tail too short loses the run: err long
 
     def run_all(self, order, progress, clock):
         from edgemesh_tf.cluster import emulated_cluster
@@ -109,12 +104,13 @@ class ClusterRuns:
             for name, seed in order:
                 if not clock.allows(name, seed):
                     continue
-                tail, failed = self.tail_s(), []
+                tail, failed = self.args.tail_s, []
                 for attempt in range(2):  # a run whose job fails (a group that could not start) is made again, once
                     logdir = os.path.join(self.workdir, cluster.name, f"{name}-{seed}" + ("-again" if attempt else ""))
                     cfg = job_config(cluster, default_groups(cluster, args.batch), sync=sync_config(name),
                                      model=args.model, dataset=args.dataset, target_accuracy=args.target,
-                                     stop_after_target_s=tail, time_budget_s=args.budget_s,
+                                     target_evaluations=CONSECUTIVE, stop_after_target_s=tail,
+                                     time_budget_s=args.budget_s,
                                      eval_interval_s=args.eval_interval_s, checkpoint_interval_s=60.0, seed=seed,
                                      logdir=logdir)
                     t0 = time.monotonic()
@@ -245,8 +241,8 @@ def assemble(args, clusters: dict, estimate: float, wall: float, workdir: str, i
              skipped: list | None = None) -> dict:
     budget = args.budget_s
     out = {"format": 2, "dataset": args.dataset, "model": args.model, "target_accuracy": args.target,
-           "consecutive_evaluations": CONSECUTIVE, "budget_s": budget, "eval_interval_s": args.eval_interval_s,
-           "tail_s": "auto" if args.tail_s is None else args.tail_s, "batch_per_group": args.batch,
+           "consecutive_evaluations": CONSECUTIVE, "target_evaluations": CONSECUTIVE, "budget_s": budget, "eval_interval_s": args.eval_interval_s,
+           "tail_s": args.tail_s, "batch_per_group": args.batch,
            "seeds": {"ashl_adsp": args.seeds, "other": args.other_seeds, "variants": args.variant_seeds,
                      "homogeneous": args.homo_seeds},
            "unreached_rule": ("a run that did not reach the target (3 evaluations in a row at or above it) counts "
@@ -319,8 +315,8 @@ def parser(quick: bool = False) -> argparse.ArgumentParser:
                    help="target held-out accuracy (0..1]; default 0.92 on digits32, where ADSP needs about a minute")
     p.add_argument("--budget_s", type=float, default=d["budget_s"],
                    help="training time budget of each run (s); an unreached run counts as this (a lower bound)")
-    p.add_argument("--tail_s", type=float, default=None, help="training after the chief first sees the target (s); "
-                   "default: enough for %d evaluations at the spacing measured so far" % CONSECUTIVE)
+    p.add_argument("--tail_s", type=float, default=0.0, help="training after the chief has seen the target in %d "
+                   "evaluations in a row (s)" % CONSECUTIVE)
     p.add_argument("--eval_interval_s", type=float, default=d["eval_interval_s"])
     p.add_argument("--batch", type=int, default=32, help="batch per group and local iteration")
     p.add_argument("--strategies", default=d["strategies"], help="on --cluster, comma-separated, of %s"

@@ -102,7 +102,7 @@ def expected_run_s(name: str, args, spacing: float | None = None) -> float:
     else:
         spacing = spacing or max(args.eval_interval_s, EVAL_SPACING_S["digits32"])
         startup, train, final = STARTUP_S, EXPECTED_TRAIN_S, FINAL_EVAL_S["digits32"]
-    tail = args.tail_s if args.tail_s is not None else tail_for(spacing)
+    tail = tail_for(spacing) + (args.tail_s or 0.0)
     t = train.get(name, VARIANT_TRAIN_S if name in VARIANTS else args.budget_s / 2)
     reached = t is not None and t < args.budget_s
     return startup + (t + tail if reached else args.budget_s) + final + STOP_S
@@ -143,9 +143,8 @@ class Clock:
 
 
 def tail_for(spacing_s: float) -> float:
-    """stop_after_target_s that lets the chief see CONSECUTIVE evaluations from the first one at
-    target: it stops once the (CONSECUTIVE-1)-th after it has finished (+50% of a spacing for
-    jitter); the evaluation at the stop is the last one of the curve."""
+    """Time from the first evaluation at target until the chief has seen CONSECUTIVE in a row (s):
+    the (CONSECUTIVE-1) evaluations after it, +50% of a spacing for jitter."""
     return round((CONSECUTIVE - 1 + 0.5) * spacing_s, 1)
 
 

@@ -251,6 +251,9 @@ class JobSettings:
     max_rounds: int | None = setting(None, "Hybrid: each group stops by itself after this many rounds (commits to "
                                      "the parameter server), the job when all have; unset: no limit.",
                                      check=int_at_least(1))
+    target_evaluations: int = setting(1, "Hybrid: --target_accuracy is reached when this many evaluations in a "
+                                      "row are at or above it; the time to target is the first of them (a dip "
+                                      "below starts the count again).", check=int_at_least(1))
     stop_after_target_s: float = setting(0.0, "Hybrid: keep training this long (s) after reaching "
                                          "--target_accuracy (0: stop at once).", check=non_negative(" s"))
     wait_timeout_s: float = setting(60.0, "Hybrid: the longest any wait for another process may take during "

@@ -126,6 +126,7 @@ class Decisions:
         self.elapsed_before = 0.0
         self.history: list[tuple[float, float, float]] = []  # (s, accuracy, training loss)
         self.reached: float | None = None
+        self._streak: tuple[float | None, int] = (None, 0)  # evaluations in a row at target (see _at_target)
         self.rejected = 0
         self.search: adsp.CommitRateSearch | None = None  # ADSP's, from its first measured period on
         self._adsp_next = 0.0  # ADSP: s of the next period's decision
@@ -211,8 +212,8 @@ class Decisions:
         why = self._stop_why(snap, totals)
         for t_eval, accuracy, loss in snap.evals:
             out.append(self.evaluated(t_eval, accuracy, loss, *self._tick_before(t_eval)))
-            if self.cfg.target_accuracy and accuracy >= self.cfg.target_accuracy and self.reached is None:
-                self.reached = t_eval
+            if self.cfg.target_accuracy and self.reached is None and self._at_target(t_eval, accuracy):
+                self.reached = self._streak[0]
                 if self.cfg.stop_after_target_s <= 0:
                     why = why or "target accuracy %.3f reached" % self.cfg.target_accuracy
             if not why:
@@ -223,6 +224,16 @@ class Decisions:
         if why:
             out.append(Stop(why))
         return out
+
+    def _at_target(self, t_eval: float, accuracy: float) -> bool:
+        """Whether this evaluation ends a run of cfg.target_evaluations in a row at or above the
+        target; self._streak: (time of the run's first evaluation, its length)."""
+        if accuracy < self.cfg.target_accuracy:
+            self._streak = (None, 0)
+            return False
+        first, n = self._streak
+        self._streak = (t_eval if n == 0 else first, n + 1)
+        return self._streak[1] >= self.cfg.target_evaluations
 
     def _tick_before(self, t_eval: float) -> tuple[Totals, Mapping]:
         """The totals and counters of the last tick before `t_eval` (when the evaluated model was pulled)."""

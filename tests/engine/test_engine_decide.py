@@ -94,6 +94,18 @@ def test_bsp_evaluations_rates_and_target_stop():
     assert m.reached == 2.5
 
 
+def test_target_needs_evaluations_in_a_row_and_a_dip_starts_the_count_again():
+    m = _machine(sync=SyncConfig(strategy="bsp"), target_accuracy=0.9, target_evaluations=3)
+    m.begin()
+    stats = _stats(a={"examples": 32, "steps": 1})
+    evals = [(1.0, 0.91, 1.0), (2.0, 0.93, 1.0), (3.0, 0.88, 1.0), (4.0, 0.92, 1.0), (5.0, 0.95, 1.0)]
+    for t, acc, loss in evals:  # at target, at target, a dip, then two at target: not yet three in a row
+        assert not any(isinstance(a, decide.Stop) for a in m.step(_snap(t + 0.1, stats, evals=[(t, acc, loss)])))
+    assert m.reached is None
+    acts = m.step(_snap(6.1, stats, evals=[(6.0, 0.9, 1.0)]))
+    assert isinstance(acts[-1], decide.Stop) and m.reached == 4.0  # the first of the three
+
+
 def test_time_budget_checkpoint_and_stop_request():
     m = _machine(sync=SyncConfig(strategy="asp"), time_budget_s=5.0, checkpoint_interval_s=2.0)
     m.begin()
