@@ -67,8 +67,7 @@ class _Worker:
 
     def __init__(self, cmd: list[str], env: dict):
         self.proc = procs.spawn(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-        self.busy = False
-        self._done: threading.Event | None = None
+        self._done: threading.Event | None = None  # the current job's; set when it has answered
         self._answer: list = [None]
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -78,17 +77,17 @@ class _Worker:
                 code = int(json.loads(line)["code"])
             except (ValueError, KeyError, TypeError):
                 continue  # not an answer (something printed before the redirection)
-            self._answer[0], self.busy = code, False
+            self._answer[0] = code
             self._done.set()
 
     def submit(self, argv: list[str], log: str) -> WarmJob:
-        self._done, self._answer, self.busy = threading.Event(), [None], True
+        self._done, self._answer = threading.Event(), [None]
         self.proc.stdin.write(json.dumps({"argv": argv, "log": log}) + "\n")
         self.proc.stdin.flush()
         return WarmJob(self.proc, self._done, self._answer)
 
     def usable(self) -> bool:
-        return not self.busy and self.proc.poll() is None
+        return (self._done is None or self._done.is_set()) and self.proc.poll() is None
 
 
 class WarmGroups:
