@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?=
 QUICK ?=
 
-.PHONY: install browser run test test-fast bench clean
+.PHONY: install browser run test test-fast bench bench-variants clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -32,11 +32,15 @@ test: install browser
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not emulator and not browser and not subprocess and not slow" tests
 
-# Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; about 90 min (time_to_accuracy alone ~65).
+# Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; under an hour (time_to_accuracy ~35 min).
 # QUICK=1: a ~10 min smoke run of the same pipeline into bench/quick/ (not evidence).
 # The emulated benchmarks need root (network namespaces, cgroups).
 bench: install
 	$(BIN)/python bench/suite.py $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+
+# The table of ASHL variants (each of the project's rules against the published ASHL), ~30 min, into the same report.
+bench-variants: install
+	$(BIN)/python bench/suite.py --only tta_variants $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

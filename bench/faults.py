@@ -58,7 +58,7 @@ def _job(cluster, em, args, logdir, sync, kill=None, act=None, **kw):
     cfg = job_config(cluster, default_groups(cluster, 32), sync=sync, logdir=logdir, **kw)
     t0 = time.monotonic()
     try:
-        out = run_job(cfg, cluster, testbed=em, emit=emit)
+        out = run_job(cfg, cluster, testbed=em, emit=emit, fast_setup=True)
     except (PSLost, RuntimeError, TimeoutError) as e:
         out = e
     return out, killed, round(time.monotonic() - t0, 1)
@@ -198,7 +198,7 @@ def _readmission_run(cluster, args, logdir, label, sync, groups, victim, budget_
     with emulated_cluster(cluster) as em:
         def train():
             try:
-                out["final"] = run_job(cfg, cluster, testbed=em)
+                out["final"] = run_job(cfg, cluster, testbed=em, fast_setup=True)
             except Exception as e:  # noqa: BLE001 - reported in the row, its traceback on stderr
                 traceback.print_exc()
                 out["error"] = repr(e)

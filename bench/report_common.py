@@ -34,6 +34,8 @@ def result(rec):
 def _status_line(rec) -> str:
     if rec.get("status") == "ok":
         return ""
+    if rec.get("status") == "not run":
+        return f"Not run ({rec.get('error')}).\n"
     return f"**FAILED**: {rec.get('error')}.\n"
 
 

@@ -287,3 +287,24 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
     return "\n".join(text), plots
 
 
+
+
+def tta_variants_section(rec, out_dir) -> tuple[str, list[str]]:
+    """`make bench-variants`: the variant table, with the strategies as published that it is measured
+    against (their runs interleaved with the variants')."""
+    res = result(rec)
+    text = ["## Time to accuracy: the variants\n", _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    text.append(f"Run by `make bench-variants` (kept out of `make bench` for its time): `{res.get('model')}` on "
+                f"`{res.get('dataset')}` to {res['target_accuracy']:.0%}, the same task, stopping rule and budget as "
+                "above, in a run of its own.\n")
+    het = res.get("heterogeneous") or {}
+    rows = [[LABELS.get(n, n), _median_time(s), _ci(s.get("time_to_target_ci95"), 2), s.get("reached", "—"),
+             fmt(s.get("final_accuracy"), 4)] for n, s in het.get("strategies", {}).items()]
+    if rows:
+        text.append(table(["As published", "Median time to target", "95% CI", "Reached", "Final accuracy"], rows)
+                    + "\n")
+    text += variants_table(res)
+    text.append(f"Wall time: {fmt(res.get('wall_s'), 0)} s.\n")
+    return "\n".join(text), []

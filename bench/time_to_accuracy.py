@@ -22,9 +22,11 @@ ASHL and ADSP get --seeds seeds on --cluster, the other --strategies --other_see
 data order): seed k of every strategy starts from the same weights.
 
 Time: `--help` ends with the estimate of the defaults by the time model in tta_plan.py (and
---estimate prints it for any arguments): 37 runs, ~70-80 min. The group processes are kept warm
-across the runs of a cluster (engine/warm.py: TensorFlow and the dataset loaded once), so a run's
-set-up is ~20 s (each device's first run of the round's graphs under its CPU quota) instead of ~40.
+--estimate prints it for any arguments): 37 runs, ~60 min; `make bench` runs it with --variants ''
+(23 runs, ~35 min) and `make bench-variants` the variants. The group processes are kept warm across
+the runs of a cluster (engine/warm.py: TensorFlow and the dataset loaded once) and set up with the
+devices' CPU quotas lifted (run_job's fast_setup, restored before the clock starts), so a run's
+set-up is ~15 s (mostly the warm-up's pull and dense push over edge3's 10 Mbit/s) instead of ~40.
 Every --variants entry is compared with its strategy as published (`base_of`), whose runs are
 interleaved with its own. A run whose job fails (e.g. a group that could not start) is made again
 once; its record lists the failure under `failed_attempts`. --max_minutes caps the wall time:
@@ -115,7 +117,7 @@ class ClusterRuns:
                                      logdir=logdir)
                     t0 = time.monotonic()
                     try:
-                        final = run_job(cfg, cluster, testbed=em, pool=pool)
+                        final = run_job(cfg, cluster, testbed=em, pool=pool, fast_setup=True)
                         break
                     except (RuntimeError, TimeoutError) as e:
                         if attempt or _TERMINATED:

@@ -66,6 +66,15 @@ class CpuGroup:
         else:
             _write(os.path.join(self.path, "cpu.max"), "%s %d" % ("max" if quota < 0 else quota, period_us))
 
+    def quota_us(self) -> int:
+        """The CPU time the group may use per period (µs); -1 = unlimited."""
+        if self.version == "v1":
+            with open(os.path.join(self.path, "cpu.cfs_quota_us")) as f:
+                return int(f.read())
+        with open(os.path.join(self.path, "cpu.max")) as f:
+            quota = f.read().split()[0]
+        return -1 if quota == "max" else int(quota)
+
     def set_priority(self, weight: float = 8.0) -> None:
         """`weight` x the default CPU weight: the device gets its whole quota even when unrelated
         processes keep the machine busy (the quota still caps it)."""

@@ -129,6 +129,18 @@ class EmulatedCluster:
         logging.info("device %s slowed %.3gx: %.3f cores", name, factor, cores / factor)
         return cores / factor
 
+    def lift_quotas(self) -> None:
+        """Lifts every device's CPU quota (each server's thread pool, sized to its quota, still bounds
+        it) until `restore_quotas`: for a job's set-up (each device's first run of its graphs, ~17 s
+        on edge3's quota), which no measurement counts."""
+        for group, _, period_us in self._cpu.values():
+            group.set_quota(None, period_us)
+
+    def restore_quotas(self) -> None:
+        """Every device back at its calibrated quota (undoes `lift_quotas` and `set_slowdown`)."""
+        for group, cores, period_us in self._cpu.values():
+            group.set_quota(cores, period_us)
+
     def _spawn_server(self, name: str, mode: str) -> subprocess.Popen:
         with open(_log_path(self.run_dir, name), mode) as log:
             p = procs.spawn(self._cmds[name], env=_child_env(), stdout=log, stderr=subprocess.STDOUT)

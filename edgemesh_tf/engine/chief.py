@@ -6,7 +6,8 @@ writes its heartbeat, reads the groups' reports and the ps counters, hands them 
 evaluations (evaluator.py, a thread) to `Decisions.step` and carries out the actions it returns:
 board writes, ps counters, records (records.py: `<logdir>/chief.jsonl`, TensorBoard, the caller's
 `emit`), checkpoints. It asks the launcher (`rejoin`) to restart lost groups. At the stop it raises
-the stop flag, waits for the groups' last pushes, evaluates, checkpoints and returns the final record.
+the stop flag, evaluates the global model at the stop on the whole test set, waits for the groups'
+last pushes, checkpoints and returns the final record.
 """
 from __future__ import annotations
 
@@ -55,9 +56,11 @@ class Chief:
 
     def __init__(self, cfg: JobConfig, target: str, emit: Callable[[records.Record], None] = lambda rec: None,
                  exited_groups: Callable[[], dict] = dict, wait_groups: Callable[[float], None] = lambda t: None,
-                 rejoin: Callable[[dict, float], list] = lambda lost, t: []):
+                 rejoin: Callable[[dict, float], list] = lambda lost, t: [],
+                 before_start: Callable[[], None] = lambda: None):
         self.cfg, self.target = cfg, target
         self.exited_groups, self.wait_groups, self.rejoin = exited_groups, wait_groups, rejoin
+        self.before_start = before_start  # called once every group is ready, before the clock starts
         self.stop_request = self.t0 = None  # why to stop (str); monotonic s training began
         self._replica = threading.Lock()  # the chief's own replica: evaluations (a thread) and checkpoints
         self.data = load_dataset(cfg.dataset, cfg.data_path)
@@ -191,6 +194,7 @@ class Chief:
         self._write_global(sess, heartbeat=0.0)
         self.g.ps.initialize(sess, weights, timeout_s=cfg.wait_timeout_s)
         self._wait_for_groups(sess)
+        self.before_start()
         self.g.ps.reset_counters(sess, cfg.wait_timeout_s)
         self.report.start(self.machine.elapsed_before)  # renders the layout picture (~0.5 s): set-up, not training
         self.t0 = time.monotonic()
@@ -199,11 +203,15 @@ class Chief:
         why = self._loop(sess)
         stop_t = self.elapsed()
         self._write_global(sess, stop=True)
-        # their last pushes belong to the final model; one silent for lost_after_s would be declared lost anyway
+        # The final accuracy is the global model's at the stop: a round still in flight would push work
+        # done after it (past the budget, or after the target was reached). The evaluation runs while
+        # the groups finish that round (up to a dense push over the slowest link).
+        at_stop = self._evaluate(sess, full=True)
+        # their last pushes go into the checkpoint; one silent for lost_after_s would be declared lost anyway
         self.wait_groups(min(cfg.wait_timeout_s, cfg.lost_after_s))
         stats, counters = self._read(sess)
         totals = self.machine.totals(stats)
-        self._evaluated(self.machine.evaluated(stop_t, *self._evaluate(sess, full=True), totals, counters))
+        self._evaluated(self.machine.evaluated(stop_t, *at_stop, totals, counters))
         final = self.machine.final(why, totals, self._save(sess, totals, elapsed=stop_t), stop_t)
         final = dataclasses.replace(final, **self.report.end(final, totals, stop_t))
         self.emit(final)

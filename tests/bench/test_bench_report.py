@@ -133,3 +133,23 @@ def test_partial_rerun_is_added_to_the_machine_record_and_shown(tmp_path):
     text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
     assert "Re-run since: faults by `python bench/suite.py --only faults` on 2026-11-30 17:00:00" in text
     assert full["command"] in text
+
+
+def test_make_bench_leaves_the_variant_table_to_its_own_target():
+    default = [b.name for b in suite.selected([])]
+    assert "time_to_accuracy" in default and "tta_variants" not in default
+    assert [b.name for b in suite.selected(["tta_variants"])] == ["tta_variants"]
+    tta = {b.name: b for b in suite.BENCHES}["time_to_accuracy"]
+    assert tta.full[tta.full.index("--variants") + 1] == ""  # make bench runs no variant
+
+
+def test_variant_table_not_run_is_said_and_its_record_is_shown(tmp_path):
+    shutil.copytree(RECORDED, tmp_path / "rec")
+    text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
+    assert "| tta_variants | not run |" in text and "**failed** (not run: tta_variants" not in text
+    shutil.copy(tmp_path / "rec" / "time_to_accuracy.json", tmp_path / "rec" / "tta_variants.json")
+    text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
+    section = text.split("## Time to accuracy: the variants")[1].split("\n## ")[0]
+    variants = _rec("time_to_accuracy")["result"]["variants"]["variants"]
+    assert variants and all(f"`{v}`" in section for v in variants)
+    assert "| ASHL" in section  # the strategy as published it is measured against

@@ -1,6 +1,7 @@
 """Warm group processes (engine/warm.py): one process serves job after job, each job's output in
 its own log; a stopped one is replaced; two identical BSP jobs in the same warm processes end
-with the same weights (nothing of the first job leaks into the second)."""
+with the same weights (nothing of the first job leaks into the second), also when the second sets up
+with the devices' CPU quotas lifted (fast_setup: restored before training starts)."""
 import json
 import os
 
@@ -9,7 +10,7 @@ import pytest
 
 from edgemesh_tf.cluster import emulated_cluster
 from edgemesh_tf.cluster.spec import load_cluster
-from edgemesh_tf.engine import checkpoint
+from edgemesh_tf.engine import checkpoint, records
 from edgemesh_tf.engine.config import GroupSpec, SyncConfig
 from edgemesh_tf.engine.job import job_config, run_job
 from edgemesh_tf.engine.warm import WarmGroups
@@ -48,8 +49,16 @@ def test_two_identical_bsp_jobs_in_warm_processes_end_with_the_same_weights(tmp_
         for i in range(2):
             cfg = job_config(cluster, groups, sync=SyncConfig(strategy="bsp"), learning_rate=0.05, max_rounds=3,
                              time_budget_s=120, eval_interval_s=1.0, logdir=str(tmp_path / str(i)))
-            final = run_job(cfg, cluster, testbed=em, pool=pool)
+            quotas = []  # the devices' CPU quotas (µs) at each evaluation: during training
+
+            def emit(rec, quotas=quotas):
+                if isinstance(rec, records.Eval):
+                    quotas.append({n: g.quota_us() for n, (g, _, _) in em._cpu.items()})
+            # the second job sets up with the quotas lifted (fast_setup): the same training, started sooner
+            final = run_job(cfg, cluster, testbed=em, pool=pool, fast_setup=bool(i), emit=emit)
             assert final["group_exit_codes"] == {"fast": 0, "slow": 0}
+            calibrated = {n: round(cores * period) for n, (_, cores, period) in em._cpu.items()}
+            assert quotas and all(q == calibrated for q in quotas), (quotas, calibrated)
             weights.append(checkpoint.load(final["checkpoint"])[0])
             pids.append(pool.pids())
             with open(tmp_path / str(i) / "groups" / "fast.jsonl") as f:
