@@ -10,7 +10,8 @@ import argparse
 import json
 import os
 
-from report_common import LABELS, MIB, _compact, _status_line, fmt, plt, result, table  # noqa: F401
+from report_common import LABELS, MIB, _compact, _figure, _status_line, fmt, plt, result, table  # noqa: F401  (LABELS: the tests read it here)
+from report_claims import claims_section
 from report_tta import tta_section, tta_variants_section
 
 ORDER = ("uneven_split", "emulation", "planner", "edgemesh_claims", "time_to_accuracy", "faults", "tta_variants")
@@ -39,66 +40,6 @@ def load(results_dir: str) -> tuple[dict, dict]:
     return machine, records
 
 
-# --- EdgeMesh's claims -----------------------------------------------------------------------
-
-def _division(group) -> str:
-    if group["sizes"]:
-        return ", ".join(f"{k} {v}" for k, v in group["sizes"].items())
-    if len(group["devices"]) > 1:
-        return "(no layer split: the planner found no division that pays on these links)"
-    return "(whole model)"
-
-
-def claims_section(rec, out_dir) -> tuple[str, list[str]]:
-    res = result(rec)
-    text = ["## EdgeMesh's claims: delay and memory against single-device and data-parallel training\n",
-            _status_line(rec)]
-    if not res:
-        return "\n".join(text), []
-    modes = res["modes"]
-    text.append(f"`{res['model']}` on {res['dataset']}-shaped input, batch {res['batch']} per replica, on the "
-                f"workers of `{res['cluster']}`, {res['steps']} timed steps per mode (median), modes interleaved. "
-                "Memory: mean over the workers a mode uses of each one's peak RSS above its idle server.\n")
-    rows = []
-    for m, d in modes.items():
-        mem = d.get("mean_peak_bytes")
-        steps = ", ".join(fmt(x, 1) for x in d["median_step_ms"]) if isinstance(d["median_step_ms"], list) \
-            else fmt(d["median_step_ms"], 1)
-        peaks = ", ".join(f"{n} {v / MIB:.0f}" for n, v in (d.get("peak_bytes") or {}).items()) or "—"
-        rows.append([m, steps, fmt(d["ms_per_example"], 3, " ms"), peaks,
-                     fmt(mem / MIB if mem is not None else None, 1, " MiB")])
-    text.append(table(["Mode", "Median step per replica (ms)", "Delay per example", "Peak per device (MiB)",
-                       "Mean peak per device"], rows) + "\n")
-    text.append("Delay reduction = the baseline's delay per example ÷ the mode's; memory change = the mode's mean "
-                "peak per device ÷ the baseline's − 1 (negative: less memory).\n")
-    r = res["ratios"]
-    paper = res.get("paper", {})
-    crow = []
-    for m in ("filter_split", "hybrid"):
-        for base in ("single", "data_parallel"):
-            crow.append([f"{m} against {base}", fmt(r.get(f"delay_{base}_over_{m}"), 2, "×"),
-                         fmt(paper.get("delay_reduction_x"), 1, "×"),
-                         fmt(None if r.get(f"memory_{m}_vs_{base}") is None else 100 * r[f"memory_{m}_vs_{base}"], 1, "%"),
-                         fmt(None if paper.get("memory_change") is None else 100 * paper["memory_change"], 0, "%")])
-    text.append(table(["Comparison", "Delay reduction (measured)", "Paper", "Memory change (measured)", "Paper"], crow)
-                + "\n")
-    for m in ("filter_split", "hybrid"):
-        groups = res.get(f"{m}_plan", [])
-        text.append(f"- `{m}` plan: " + "; ".join("[" + ", ".join(g["devices"]) + "] " + _division(g) for g in groups))
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    names = list(modes)
-    axes[0].bar(names, [modes[m]["ms_per_example"] for m in names], color="tab:blue")
-    axes[0].set(ylabel="ms per example", title="delay (lower is better)")
-    axes[0].set_yscale("log")
-    mems = [(modes[m].get("mean_peak_bytes") or 0) / MIB for m in names]
-    axes[1].bar(names, mems, color="tab:orange")
-    axes[1].set(ylabel="MiB", title="mean peak memory per device")
-    for ax in axes:
-        ax.tick_params(axis="x", labelrotation=20)
-    text.append("")
-    return _figure(fig, out_dir, text, "claims")
-
-
 # --- planner, emulation, uneven split, faults ------------------------------------------------
 
 def _identity_scatter(ax, points, xlabel, ylabel, title) -> None:
@@ -110,14 +51,6 @@ def _identity_scatter(ax, points, xlabel, ylabel, title) -> None:
         ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, -10), fontsize=8)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title, xlim=(0, top), ylim=(0, top))
 
-
-def _figure(fig, out_dir, text, name) -> tuple[str, list[str]]:
-    """Saves `fig` as <name>.png, links it at the end of the section `text`; the section's return."""
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, name + ".png"), dpi=110)
-    plt.close(fig)
-    text.append(f"![{name}]({name}.png)\n")
-    return "\n".join(text), [name + ".png"]
 
 def planner_section(rec, out_dir) -> tuple[str, list[str]]:
     res = result(rec)

@@ -1,6 +1,7 @@
 """What the sections of bench/REPORT.md share: number formatting, markdown tables, the plotting
 backend and the strategies' labels."""
 import json
+import os
 
 import matplotlib
 
@@ -47,3 +48,12 @@ def _compact(v, limit=300) -> str:
         text = str(fmt(v))
     text = text.replace("|", "\\|").replace("\n", " ")
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _figure(fig, out_dir, text, name) -> tuple[str, list[str]]:
+    """Saves `fig` as <name>.png, links it at the end of the section `text`; the section's return."""
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, name + ".png"), dpi=110)
+    plt.close(fig)
+    text.append(f"![{name}]({name}.png)\n")
+    return "\n".join(text), [name + ".png"]

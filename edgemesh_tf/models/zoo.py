@@ -10,7 +10,7 @@ WIDTHS = {"vgg_m": ("vgg", 1.25)}
 ``vgg_m`` on 32x32x1 (digits32): 1,039,490 parameters, a 4.16 MB dense float32 push (3.3 s at
 10 Mbit/s); plain ``vgg`` there has 665,962 (2.1 s). Count them with
 ``edgemesh_tf.planner.model_stats.model_stats(spec, 1).param_bytes`` (bytes, 4 per parameter)."""
-MODEL_NAMES = ("vgg", "vgg_wide", "resnet") + tuple(WIDTHS)
+MODEL_NAMES = ("vgg", "vgg_wide", "resnet", "vgg16") + tuple(WIDTHS)
 
 
 def _vgg_layers(h: int) -> tuple[LayerSpec, ...]:
@@ -29,6 +29,21 @@ def _vgg_wide_layers(h: int) -> tuple[LayerSpec, ...]:
     return convs + (LayerSpec("dense", "fc1", 2048), LayerSpec("dense", "fc2", 2048))
 
 
+VGG16_CONVS = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
+
+
+def _vgg16_layers(h: int) -> tuple[LayerSpec, ...]:
+    """VGG-16's thirteen 3x3 convs (64-512 filters, a 2x2 pool after each block) and a 512-unit dense
+    layer, as VGG-16 is trained on 32x32 images: ~15 M parameters (~60 MB float32) in the convs, so
+    the weights, not the activations, decide whether a device can hold it. 32x32 inputs only (five
+    pools)."""
+    if h != 32:
+        raise ValueError("model 'vgg16': needs 32x32 images (five 2x2 pools), got %dx%d" % (h, h))
+    convs = tuple(LayerSpec("conv", "conv%d_%d" % (b + 1, i + 1), units, pool=(i == len(block) - 1))
+                  for b, block in enumerate(VGG16_CONVS) for i, units in enumerate(block))
+    return convs + (LayerSpec("dense", "fc1", 512),)
+
+
 def _resnet_layers(h: int) -> tuple[LayerSpec, ...]:
     if h <= 8:
         return (LayerSpec("conv", "stem", 32), LayerSpec("res", "res1", 32),
@@ -39,7 +54,7 @@ def _resnet_layers(h: int) -> tuple[LayerSpec, ...]:
             LayerSpec("conv", "conv3", 128, pool=True), LayerSpec("dense", "fc1", 256))
 
 
-_FAMILIES = {"vgg": _vgg_layers, "vgg_wide": _vgg_wide_layers, "resnet": _resnet_layers}
+_FAMILIES = {"vgg": _vgg_layers, "vgg_wide": _vgg_wide_layers, "resnet": _resnet_layers, "vgg16": _vgg16_layers}
 
 
 def _widen(layers: tuple[LayerSpec, ...], width: float) -> tuple[LayerSpec, ...]:

@@ -13,7 +13,7 @@ Synchronous data parallelism, per step (b0: the profile batch, ov_i: device i's 
   time_i(b)   = 2 * ov_i + 8 * b * image / bw_i + b / b0 * sum_l layer_ms_i,l   start, input batch, compute
   allreduce   = sum_l 2(m-1)/m * 8 * 4 * params_l / bw_min + allreduce_latency_ms(lat, params_l)
   step_ms     = max_i time_i(b_i) + allreduce
-  memory_i    = 3 * 4 * params + b_i * (image + sum_l in_l + sum_l out_l)    (bytes, ``cost``'s terms)
+  memory_i    = runtime + w * 4 * params + a * b_i * (image + sum_l (in_l + act_l))   (bytes, ``memory``)
 
 The b_i are water-filled (each example to the device that would finish it first, within memory:
 exact for this min-max); the devices are the fastest m (per-example time) that hold the model at
@@ -26,8 +26,8 @@ import math
 from typing import Sequence
 
 from edgemesh_tf.planner.collectives import allreduce_latency_ms
-from edgemesh_tf.planner.cost import (OPTIMIZER_COPIES, GroupPrediction, LayerPrediction, check_group, ps_sync_ms,
-                                      transfer_ms)
+from edgemesh_tf.planner import cost
+from edgemesh_tf.planner.cost import GroupPrediction, LayerPrediction, check_group, ps_sync_ms, transfer_ms
 from edgemesh_tf.planner.division import Division, PlanError, divide, min_over_sizes
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, ModelStats
 from edgemesh_tf.profile.types import DeviceProfile
@@ -64,8 +64,7 @@ def sync_data_parallel(devices: Sequence[DeviceProfile], stats: ModelStats, prof
     b0, B = profile_batch, stats.batch
     per_example = {d.name: transfer_ms(stats.image_bytes, d.bandwidth_mbit)
                    + sum(d.layer_ms(x.name) for x in stats.dims) / b0 for d in devices}
-    act = stats.image_bytes + sum(x.in_bytes + x.out_bytes for x in stats.dims)
-    weights = OPTIMIZER_COPIES * stats.param_bytes
+    weights, act = cost.MEMORY.whole_model_bytes(stats, B)  # (batch-independent bytes, bytes per example)
     fit = [d for d in devices if weights + act <= d.memory_bytes]
     if not fit:
         return None
@@ -116,7 +115,7 @@ def _division(group, stats, shares, per_example, act, weights, b0, ps_bandwidth_
                                                                  zip(group, shares)), r)
                    for x, r in zip(stats.dims, reduce))
     pred = GroupPrediction(tuple(d.name for d in group), step, compute, (sum(reduce),) * m,
-                           tuple(weights + b * act for b in shares), ps_sync_ms(group, stats, ps_bandwidth_mbit),
+                           tuple(int(math.ceil(weights + b * act)) for b in shares), ps_sync_ms(group, stats, ps_bandwidth_mbit),
                            layers, step)
     return Division(tuple(d.name for d in group), tuple(d.device for d in group),
                     tuple((x.name, None) for x in stats.dims), pred, batch_shares=tuple(shares))

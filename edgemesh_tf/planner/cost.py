@@ -19,8 +19,9 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
   step_ms     = sum_l layer_ms_l + base_ms
   ps_sync_ms  = 2 * 8 * model_bytes / min(bw_min, ps_bw) + 2 * lat_max    (push + pull of the whole model;
                 lat_max: the group's largest link latency, the PS's own link is not profiled)
-  memory_i    = 3 * 4 * sum_l params_per_unit_l * s_i,l   (weights, momentum, gradient; float32)
-                + b * (image + sum_l in_l + sum_l out_l * s_i,l/U)   (inputs kept for backward, own outputs)
+  memory_i    = runtime + w * 4 * sum_l params_per_unit_l * s_i,l + a * b * (image + sum_l in_l
+                + sum_l act_l * s_i,l/U)   (``memory.MemoryModel``: weights and their optimizer copies,
+                inputs kept for backward, own pre-pool outputs; the coefficients fitted to measured peaks)
 
 Bytes are per example (``model_stats``); bandwidths in Mbit/s (8 * bytes / (Mbit/s * 1e3) = ms);
 latencies in ms. A replicated layer has s_i = U and no communication.
@@ -31,13 +32,14 @@ import dataclasses
 import math
 from typing import Mapping, Sequence
 
+from edgemesh_tf.planner import memory as memory_lib
 from edgemesh_tf.planner.collectives import allreduce_latency_ms, direct_latency_ms
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, DimStats, ModelStats
 from edgemesh_tf.profile.types import DeviceProfile
 
 Shares = tuple[int, ...] | None
 """Units of a split dim per device, in group order; None = replicated (every device computes all)."""
-OPTIMIZER_COPIES = 3  # weights, momentum, gradient
+MEMORY = memory_lib.FITTED  # the memory model every prediction uses (memory_fit.json)
 
 
 def transfer_ms(nbytes: float, bandwidth_mbit: float) -> float:
@@ -125,8 +127,7 @@ def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, prof
     allreduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + allreduce_latency_ms(lat, in_elements)
     if dim.in_bytes == 0:  # the first layer: its input (the image) has no gradient, no allreduce at all
         reduce_ms = allreduce_ms = 0.0
-    # out_bytes = 4 * h * w * units, so the per-unit activation bytes are an exact integer.
-    mem = OPTIMIZER_COPIES * FLOAT_BYTES * dim.params_per_unit + batch * dim.out_bytes // dim.units
+    mem = int(math.ceil(MEMORY.per_unit_bytes(dim, batch)))
     return LayerCoeffs(dim.name, dim.units, tuple(d.layer_ms(dim.name) * scale for d in group), recv,
                        direct_latency_ms(lat), reduce_ms, allreduce_ms, mem)
 
@@ -138,8 +139,8 @@ def base_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
 
 
 def fixed_memory_bytes(stats: ModelStats) -> int:
-    """Bytes every device holds whatever the shares: the (gathered) inputs of all layers."""
-    return stats.batch * (stats.image_bytes + sum(d.in_bytes for d in stats.dims))
+    """Bytes every device holds whatever the shares: the runtime and the (gathered) inputs of all layers."""
+    return MEMORY.fixed_bytes(stats)
 
 
 def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_mbit: float = math.inf) -> float:

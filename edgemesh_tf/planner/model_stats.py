@@ -25,6 +25,7 @@ class DimStats:
     in_bytes: input activation bytes per example: the input gradient the backward pass allreduces;
       0 for the first layer, whose input (the image) needs no gradient.
     flops: forward FLOPs (2 x MACs) per example of the whole layer.
+    act_bytes: output activation bytes per example before pooling (what the backward pass keeps).
     """
 
     name: str
@@ -33,6 +34,7 @@ class DimStats:
     out_bytes: int
     in_bytes: int
     flops: int
+    act_bytes: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,9 +70,9 @@ def model_stats(spec: ModelSpec, batch: int) -> ModelStats:
             _, h, w, c = layer.in_shape
             oh, ow = (h // 2, w // 2) if layer.pool else (h, w)
             dims.append(DimStats(layer.name, layer.units, 9 * c + 1, FLOAT_BYTES * oh * ow * layer.units, in_bytes,
-                                 2 * 9 * c * layer.units * h * w))
+                                 2 * 9 * c * layer.units * h * w, FLOAT_BYTES * h * w * layer.units))
         else:
             dims.append(DimStats(layer.name, layer.units, features + 1, FLOAT_BYTES * layer.units, in_bytes,
-                                 2 * features * layer.units))
+                                 2 * features * layer.units, FLOAT_BYTES * layer.units))
     h0, w0, c0 = spec.image_shape
     return ModelStats(spec.name, batch, tuple(dims), FLOAT_BYTES * h0 * w0 * c0)

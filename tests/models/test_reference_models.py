@@ -1,5 +1,5 @@
 """Each reference model builds and trains a step under an uneven layout, for every input shape
-(and the width variant ``vgg_m`` on digits32's 32x32x1)."""
+(and the width variant ``vgg_m`` on digits32's 32x32x1, and ``vgg16`` on 32x32x3)."""
 import numpy as np
 import pytest
 
@@ -15,8 +15,8 @@ from edgemesh_tf.train.loop import restore_or_init
 CASES = [(name, shape) for name in ("vgg", "resnet") for shape in ((8, 8, 1), (28, 28, 1), (32, 32, 3))]
 
 
-@pytest.mark.slow  # 7 cases, 9 s together
-@pytest.mark.parametrize("name,shape", CASES + [("vgg_m", (32, 32, 1))])
+@pytest.mark.slow  # 9 cases, ~15 s together
+@pytest.mark.parametrize("name,shape", CASES + [("vgg_m", (32, 32, 1)), ("vgg16", (32, 32, 3))])
 def test_model_trains_under_uneven_layout(name, shape):
     spec = get_model(name, shape, 10)
     dims = spec.split_dims()
@@ -42,3 +42,14 @@ def test_unknown_model_and_shape():
         get_model("alexnet", (8, 8, 1), 10)
     with pytest.raises(ValueError, match="image shape"):
         get_model("vgg", (64, 64, 3), 10)
+
+
+def test_vgg16_is_weight_heavy_and_needs_32x32():
+    spec = get_model("vgg16", (32, 32, 3), 10)
+    stats = model_stats(spec, 1)
+    assert len([d for d in stats.dims if d.name.startswith("conv")]) == 13
+    assert 58e6 < stats.param_bytes < 62e6  # ~15 M float32 parameters
+    biggest = max(stats.dims, key=lambda d: d.units)
+    assert biggest.units == 512
+    with pytest.raises(ValueError, match="model 'vgg16': needs 32x32 images"):
+        get_model("vgg16", (28, 28, 1), 10)

@@ -1,0 +1,121 @@
+"""Measured peak memory per device against the planner's memory model, and the model's fit.
+
+    python bench/memory_fit.py [--models vgg,vgg_wide,vgg_m,vgg16] [--batches 8,32] [--ways 1,2,4]
+        [--dataset cifar10] [--steps 3] [--write]
+
+For every model, batch and even filter split over `ways` devices, a fresh set of TF servers (one
+per device, no CPU or memory limit: the peak is what the device needs) trains the split for
+--steps steps; each server's peak resident memory above its idle RSS (VmHWM, `step_timer`) is a
+point. The memory model's coefficients (planner/memory.py) are fitted to all points by relative
+least squares; the JSON reports every point with the fitted and the plain-count (`COUNTED`)
+prediction, the largest relative error of each, and the fit's error on each model when that model
+is left out of the fit (how well it predicts a model it has not seen). --write stores the fit in
+edgemesh_tf/planner/memory_fit.json, which the planner then uses. Prints one JSON object.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from edgemesh_tf.cluster import emulated_cluster  # noqa: E402
+from edgemesh_tf.cluster.emulator import free_ports  # noqa: E402
+from edgemesh_tf.cluster.spec import parse_cluster  # noqa: E402
+from edgemesh_tf.data import IMAGE_SHAPES  # noqa: E402
+from edgemesh_tf.mesh.layout import Layout, even_split, single_device_layout  # noqa: E402
+from edgemesh_tf.models import get_model  # noqa: E402
+from edgemesh_tf.planner import memory  # noqa: E402
+from edgemesh_tf.planner.model_stats import model_stats  # noqa: E402
+
+
+def even_layout(spec, devices):
+    """Every split dim with at least one unit per device split as evenly as integers allow; (layout,
+    {dim: shares})."""
+    k = len(devices)
+    shares = {n: even_split(u, k) for n, u in spec.split_dims().items() if u >= k}
+    return Layout(mesh=(("model", k),), devices=tuple(devices), rules=tuple((n, "model") for n in shares),
+                  sizes=tuple(shares.items())), shares
+
+
+def measure(spec, batch: int, ways: int, steps: int) -> list[tuple[list[int], int]]:
+    """[(units held per dim, peak bytes)] of each device training `spec` split evenly over `ways`."""
+    from edgemesh_tf.profile.step_timer import measure_memory
+    ports = free_ports(ways)
+    cluster = parse_cluster({"name": "memfit%d" % ways, "devices": [
+        {"name": "w%d" % i, "role": "worker", "host": "127.0.0.1", "port": p} for i, p in enumerate(ports)]})
+    names = [d.name for d in cluster.workers]
+    stats = model_stats(spec, batch)
+    with emulated_cluster(cluster, network="userspace", compute="off", memory="off") as em:
+        devices = [em.device(n) for n in names]
+        if ways == 1:
+            layout, shares = single_device_layout(devices[0]), {}
+        else:
+            layout, shares = even_layout(spec, devices)
+        m = measure_memory(spec, layout, batch, em.session_target, devices[0], {n: em.devices[n].pid for n in names},
+                           names, steps=steps)
+    return [([shares[d.name][i] if d.name in shares else d.units for d in stats.dims], m.peak_bytes[n])
+            for i, n in enumerate(names)]
+
+
+def report(points, models) -> dict:
+    """The fit, every point's predictions, and the leave-one-model-out errors (pure). points: [(model,
+    ModelStats, units held per dim, peak bytes, ways, device index)]."""
+    fitted = memory.fit([(s, h, p) for _, s, h, p, *_ in points], source="bench/memory_fit.py")
+    rel = lambda mm, s, h, p: mm.device_bytes(s, h) / p - 1
+    rows = [{"model": m, "batch": s.batch, "ways": w, "device": i, "measured_mib": round(p / 2 ** 20, 1),
+             "fitted_mib": round(fitted.device_bytes(s, h) / 2 ** 20, 1),
+             "counted_mib": round(memory.COUNTED.device_bytes(s, h) / 2 ** 20, 1)} for m, s, h, p, w, i in points]
+    worst = lambda mm, pts: round(max(abs(rel(mm, s, h, p)) for s, h, p in pts), 3)
+    every = [(s, h, p) for _, s, h, p, *_ in points]
+    out = {"model": fitted.to_dict(), "points": rows, "fitted_max_abs_rel_error": worst(fitted, every),
+           "counted_max_abs_rel_error": worst(memory.COUNTED, every)}
+    held_out = {}
+    for m in models:
+        rest = [(s, h, p) for mm, s, h, p, *_ in points if mm != m]
+        mine = [(s, h, p) for mm, s, h, p, *_ in points if mm == m]
+        if len(rest) >= 3 and mine:
+            held_out[m] = worst(memory.fit(rest), mine)
+    out["left_out_model_max_abs_rel_error"] = held_out
+    out["within_15pct"] = out["fitted_max_abs_rel_error"] <= 0.15
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="vgg,vgg_wide,vgg_m,vgg16")
+    ap.add_argument("--batches", default="8,32")
+    ap.add_argument("--ways", default="1,2,4")
+    ap.add_argument("--dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--write", action="store_true", help="store the fit in " + memory.FIT_PATH)
+    args = ap.parse_args()
+    t0 = time.time()
+    models = [m for m in args.models.split(",") if m]
+    points = []
+    for m in models:
+        spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
+        for b in [int(x) for x in args.batches.split(",") if x]:
+            stats = model_stats(spec, b)
+            for w in [int(x) for x in args.ways.split(",") if x]:
+                for i, (held, peak) in enumerate(measure(spec, b, w, args.steps)):
+                    points.append((m, stats, held, peak, w, i))
+                print(f"[memory_fit] {m} batch {b} on {w}: {[round(pt[3] / 2 ** 20) for pt in points[-w:]]} MiB",
+                      file=sys.stderr, flush=True)
+    out = {"dataset": args.dataset, "steps": args.steps, **report(points, models),
+           "seconds": round(time.time() - t0, 1),
+           "command": " ".join(["python", "bench/memory_fit.py", *sys.argv[1:]])}
+    if args.write:
+        with open(memory.FIT_PATH, "w") as f:
+            json.dump({"model": out["model"], "command": out["command"], "date": time.strftime("%Y-%m-%d"),
+                       "fitted_max_abs_rel_error": out["fitted_max_abs_rel_error"],
+                       "left_out_model_max_abs_rel_error": out["left_out_model_max_abs_rel_error"],
+                       "points": len(points)}, f, indent=1)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

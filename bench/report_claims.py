@@ -1,0 +1,114 @@
+"""The EdgeMesh claims section of bench/REPORT.md (bench/edgemesh_claims.py): each device alone,
+synchronous data parallelism, the planned filter split and hybrid grid, at the same batch per update;
+records of the first format (single / data_parallel / filter_split / hybrid) are still rendered."""
+from report_common import MIB, _figure, _status_line, fmt, plt, result, table
+
+
+def claims_section(rec, out_dir) -> tuple[str, list[str]]:
+    res = result(rec)
+    if res and "checks" not in res:
+        return _claims_section_v1(rec, res, out_dir)
+    text = ["## EdgeMesh's claims: delay and memory, like for like\n", _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    modes = res["modes"]
+    text.append(f"`{res['model']}` on {res['dataset']}-shaped input, **{res['batch']} examples per model update in "
+                f"every mode**, on the workers of `{res['cluster']}`, {res['steps']} timed steps per mode (median), "
+                "modes interleaved. Memory: each mode on a fresh testbed with every device's memory budget "
+                "enforced (cgroup v1), peak resident memory above the idle server of each device it uses.\n")
+    rows = []
+    for m, d in modes.items():
+        steps = ", ".join(fmt(x, 1) for x in d.get("median_step_ms", [])) or "—"
+        peaks = ", ".join(f"{n} {v / MIB:.0f}" for n, v in (d.get("peak_bytes") or {}).items())
+        rows.append([f"`{m}`", steps, fmt(d.get("ms_per_example"), 2, " ms"),
+                     peaks or ("**out of memory**" if d.get("out_of_memory") else "—"), fmt(d.get("max_peak_mib"), 1)])
+    text.append(table(["Mode", "Median step per replica (ms)", "Delay per example", "Peak per device (MiB)",
+                       "Max peak (MiB)"], rows) + "\n")
+    for m, d in modes.items():
+        if d.get("out_of_memory"):
+            text.append(f"- `{m}` ran out of memory: {d['out_of_memory']}")
+    if res.get("data_parallel_shares"):
+        text.append("- `data_parallel`: examples per device " + ", ".join(
+            f"{n} {b}" for n, b in res["data_parallel_shares"].items()) + " (in proportion to their speed alone)")
+    for m in ("filter_split", "hybrid"):
+        p = res.get(f"{m}_plan") or {}
+        text.append(f"- `{m}` plan ({p.get('kind')}): " + "; ".join(
+            "[" + ", ".join(g["devices"]) + "] " + (", ".join(f"{k} {v}" for k, v in g["sizes"].items())
+                                                    or "(whole model)") for g in p.get("groups", [])))
+    text.append("")
+    checks = res.get("checks", {})
+    if checks:
+        text.append(table(["Claim (issue 15; the paper: 3.2× lower delay, 43% less memory)", "Measured", "Threshold",
+                           "Result"],
+                          [[k, fmt(c["value"], 3), ("≤ " if k.startswith("hybrid_max_peak") else "≥ ")
+                            + str(c["threshold"]), "pass" if c["pass"] else "**not met**"]
+                           for k, c in checks.items()]) + "\n")
+    for e in res.get("errors", []):
+        text.append(f"**Error**: {e}\n")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    timed = [m for m in modes if modes[m].get("ms_per_example")]
+    axes[0].bar(timed, [modes[m]["ms_per_example"] for m in timed], color="tab:blue")
+    axes[0].set(ylabel="ms per example", title="delay (lower is better)")
+    held = [m for m in modes if modes[m].get("max_peak_mib")]
+    axes[1].bar(held, [modes[m]["max_peak_mib"] for m in held], color="tab:orange")
+    axes[1].set(ylabel="MiB", title="max peak memory per device")
+    for ax in axes:
+        ax.tick_params(axis="x", labelrotation=30)
+    return _figure(fig, out_dir, text, "claims")
+
+
+def _division(group) -> str:
+    if group["sizes"]:
+        return ", ".join(f"{k} {v}" for k, v in group["sizes"].items())
+    if len(group["devices"]) > 1:
+        return "(no layer split: the planner found no division that pays on these links)"
+    return "(whole model)"
+
+
+def _claims_section_v1(rec, res, out_dir) -> tuple[str, list[str]]:
+    text = ["## EdgeMesh's claims: delay and memory against single-device and data-parallel training\n",
+            _status_line(rec)]
+    modes = res["modes"]
+    text.append(f"`{res['model']}` on {res['dataset']}-shaped input, batch {res['batch']} per replica, on the "
+                f"workers of `{res['cluster']}`, {res['steps']} timed steps per mode (median), modes interleaved. "
+                "Memory: mean over the workers a mode uses of each one's peak RSS above its idle server.\n")
+    rows = []
+    for m, d in modes.items():
+        mem = d.get("mean_peak_bytes")
+        steps = ", ".join(fmt(x, 1) for x in d["median_step_ms"]) if isinstance(d["median_step_ms"], list) \
+            else fmt(d["median_step_ms"], 1)
+        peaks = ", ".join(f"{n} {v / MIB:.0f}" for n, v in (d.get("peak_bytes") or {}).items()) or "—"
+        rows.append([m, steps, fmt(d["ms_per_example"], 3, " ms"), peaks,
+                     fmt(mem / MIB if mem is not None else None, 1, " MiB")])
+    text.append(table(["Mode", "Median step per replica (ms)", "Delay per example", "Peak per device (MiB)",
+                       "Mean peak per device"], rows) + "\n")
+    text.append("Delay reduction = the baseline's delay per example ÷ the mode's; memory change = the mode's mean "
+                "peak per device ÷ the baseline's − 1 (negative: less memory).\n")
+    r = res["ratios"]
+    paper = res.get("paper", {})
+    crow = []
+    for m in ("filter_split", "hybrid"):
+        for base in ("single", "data_parallel"):
+            crow.append([f"{m} against {base}", fmt(r.get(f"delay_{base}_over_{m}"), 2, "×"),
+                         fmt(paper.get("delay_reduction_x"), 1, "×"),
+                         fmt(None if r.get(f"memory_{m}_vs_{base}") is None else 100 * r[f"memory_{m}_vs_{base}"], 1, "%"),
+                         fmt(None if paper.get("memory_change") is None else 100 * paper["memory_change"], 0, "%")])
+    text.append(table(["Comparison", "Delay reduction (measured)", "Paper", "Memory change (measured)", "Paper"], crow)
+                + "\n")
+    for m in ("filter_split", "hybrid"):
+        groups = res.get(f"{m}_plan", [])
+        text.append(f"- `{m}` plan: " + "; ".join("[" + ", ".join(g["devices"]) + "] " + _division(g) for g in groups))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    names = list(modes)
+    axes[0].bar(names, [modes[m]["ms_per_example"] for m in names], color="tab:blue")
+    axes[0].set(ylabel="ms per example", title="delay (lower is better)")
+    axes[0].set_yscale("log")
+    mems = [(modes[m].get("mean_peak_bytes") or 0) / MIB for m in names]
+    axes[1].bar(names, mems, color="tab:orange")
+    axes[1].set(ylabel="MiB", title="mean peak memory per device")
+    for ax in axes:
+        ax.tick_params(axis="x", labelrotation=20)
+    text.append("")
+    return _figure(fig, out_dir, text, "claims")
+
+

@@ -1,0 +1,117 @@
+"""The memory model: a device's peak bytes above its idle TF server while it trains its share.
+
+    memory_i = runtime_bytes
+             + weight_factor     * 4 * sum_l params_per_unit_l * s_i,l
+             + activation_factor * b * (image + sum_l in_l + sum_l act_l * s_i,l / U_l)
+
+s_i,l: units of dim l device i holds (U_l when replicated); b: examples per step; in_l: a layer's
+gathered input, kept for the backward pass on every device; act_l: its output before pooling (the
+ReLU output kept for backward). The factors stand for what the plain count misses:
+- weight_factor: the weights, their momentum and gradient, and the partial-gradient and gathered
+  copies the lowering makes of a share (3 if nothing else);
+- activation_factor: the activations, their gradients and the convolutions' scratch (1 if nothing else);
+- runtime_bytes: the executor, its kernels and allocator arenas once a graph runs.
+
+The shipped coefficients (`memory_fit.json`, written by `bench/memory_fit.py --write`) are fitted by
+least squares to peaks measured on this machine's TF servers over models, batches and even splits;
+`fit` is the pure part. `COUNTED` is the plain count (factors 3 and 1, no runtime): the model the
+planner used before it was fitted.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Sequence
+
+from edgemesh_tf.planner.model_stats import FLOAT_BYTES, DimStats, ModelStats
+
+FIT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "memory_fit.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryModel:
+    """Coefficients of the formula above; bytes."""
+
+    runtime_bytes: float
+    weight_factor: float
+    activation_factor: float
+    source: str = ""
+
+    def fixed_bytes(self, stats: ModelStats) -> int:
+        """Bytes a device holds whatever its shares: the runtime and every layer's gathered input."""
+        return int(self.runtime_bytes + self.activation_factor * stats.batch
+                   * (stats.image_bytes + sum(d.in_bytes for d in stats.dims)))
+
+    def per_unit_bytes(self, dim: DimStats, batch: int) -> float:
+        """Bytes one unit (filter, output unit) of `dim` adds on the device that holds it."""
+        return (self.weight_factor * FLOAT_BYTES * dim.params_per_unit
+                + self.activation_factor * batch * dim.act_bytes / dim.units)
+
+    def device_bytes(self, stats: ModelStats, held: Sequence[int]) -> int:
+        """Peak bytes of a device holding `held[l]` units of each dim (in `stats.dims` order)."""
+        return int(math.ceil(self.fixed_bytes(stats) + sum(self.per_unit_bytes(d, stats.batch) * h
+                                                            for d, h in zip(stats.dims, held))))
+
+    def whole_model_bytes(self, stats: ModelStats, batch: int) -> tuple[float, float]:
+        """(bytes independent of the batch, bytes per example) of the whole model on one device."""
+        fixed = self.runtime_bytes + self.weight_factor * stats.param_bytes
+        per_example = self.activation_factor * (stats.image_bytes + sum(d.in_bytes + d.act_bytes
+                                                                         for d in stats.dims))
+        return fixed, per_example
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+COUNTED = MemoryModel(0.0, 3.0, 1.0, "counted: weights, momentum, gradient and activations once, no runtime")
+
+
+def features(stats: ModelStats, held: Sequence[int]) -> tuple[float, float, float]:
+    """(1, weight bytes held, activation bytes held): the terms the coefficients multiply."""
+    weights = FLOAT_BYTES * sum(d.params_per_unit * h for d, h in zip(stats.dims, held))
+    acts = stats.batch * (stats.image_bytes + sum(d.in_bytes for d in stats.dims)
+                          + sum(d.act_bytes * h / d.units for d, h in zip(stats.dims, held)))
+    return 1.0, float(weights), float(acts)
+
+
+def fit(points: Sequence[tuple[ModelStats, Sequence[int], float]], source: str = "") -> MemoryModel:
+    """Least-squares coefficients (each >= 0) of measured peaks: points of (stats, units held per
+    dim, measured peak bytes). The error minimised is relative (each point weighted by 1/peak), so
+    small devices count as much as large ones."""
+    import numpy as np
+
+    if len(points) < 3:
+        raise ValueError("fitting the memory model needs at least 3 measured points, got %d" % len(points))
+    x = np.array([features(s, h) for s, h, _ in points])
+    y = np.array([p for _, _, p in points], dtype=float)
+    if (y <= 0).any():
+        raise ValueError("measured peaks must be > 0 bytes, got %s" % sorted(y)[:3])
+    w = 1.0 / y
+    active = [0, 1, 2]
+    while True:  # non-negative least squares by dropping a negative coefficient and solving again
+        coef = np.zeros(3)
+        sol = np.linalg.lstsq(x[:, active] * w[:, None], y * w, rcond=None)[0]
+        coef[active] = sol
+        if (coef >= 0).all():
+            break
+        active.remove(active[int(np.argmin(sol))])
+    return MemoryModel(float(coef[0]), float(coef[1]), float(coef[2]), source)
+
+
+def load(path: str = FIT_PATH) -> MemoryModel:
+    """The fitted model shipped with the planner; COUNTED if the file is absent."""
+    if not os.path.exists(path):
+        return COUNTED
+    with open(path) as f:
+        try:
+            raw = json.load(f)["model"]
+            return MemoryModel(float(raw["runtime_bytes"]), float(raw["weight_factor"]),
+                               float(raw["activation_factor"]), str(raw.get("source", path)))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError("%s: expected {\"model\": {\"runtime_bytes\", \"weight_factor\", "
+                             "\"activation_factor\"}} (bench/memory_fit.py --write), got an error: %s" % (path, e))
+
+
+FITTED = load()

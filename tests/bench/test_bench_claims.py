@@ -1,0 +1,54 @@
+"""bench/edgemesh_claims.py's pure parts: the data-parallel batch split, the claims computed from
+measured delays and peaks, and their section of the report."""
+import pytest
+
+from bench_modules import load
+
+claims = load("edgemesh_claims")
+report_claims = load("report_claims")
+
+
+def test_proportional_split_keeps_the_batch_and_one_each():
+    assert claims.proportional(32, [2.0, 1.0, 1.0]) == (16, 8, 8)
+    parts = claims.proportional(7, [10.0, 1.0, 1.0])
+    assert sum(parts) == 7 and min(parts) == 1 and parts[0] == 5
+    with pytest.raises(ValueError, match="cannot give 3 devices at least one of 2"):
+        claims.proportional(2, [1.0, 1.0, 1.0])
+
+
+def _result(hybrid_ms=10.0, hybrid_peak=100):
+    mib = 2 ** 20
+    return {"model": "vgg16", "dataset": "digits32", "batch": 32, "cluster": "layouts/pi4.yaml", "steps": 5,
+            "errors": [], "data_parallel_shares": {"a": 20, "b": 12},
+            "filter_split_plan": {"kind": "grid", "groups": [{"devices": ["a", "b"], "sizes": {"conv1": [40, 24]}}]},
+            "hybrid_plan": {"kind": "grid", "groups": [{"devices": ["a", "b", "c"], "sizes": {"conv1": [30, 20, 14]}}]},
+            "modes": {"alone:a": {"ms_per_example": 40.0, "median_step_ms": [1280.0], "peak_bytes": {"a": 300 * mib}},
+                      "alone:b": {"ms_per_example": 60.0, "median_step_ms": [1920.0], "peak_bytes": {"b": 290 * mib}},
+                      "alone:c": {"out_of_memory": "device c (pid 1) ... out of memory", "devices": ["c"]},
+                      "data_parallel": {"ms_per_example": 25.0, "median_step_ms": [800.0],
+                                        "peak_bytes": {"a": 280 * mib, "b": 270 * mib}},
+                      "hybrid": {"ms_per_example": hybrid_ms, "median_step_ms": [320.0],
+                                 "peak_bytes": {"a": hybrid_peak * mib, "b": 90 * mib, "c": 80 * mib}}}}
+
+
+def test_claims_compare_the_hybrid_with_every_alternative():
+    got = claims.claims(_result())
+    assert got["delay_mean_alone_over_hybrid"]["value"] == 5.0  # (40 + 60) / 2 / 10: c could not train alone
+    assert got["delay_fastest_alone_over_hybrid"]["value"] == 4.0
+    assert got["delay_data_parallel_over_hybrid"]["value"] == 2.5
+    assert got["hybrid_over_sum_of_alone_throughput"]["value"] == pytest.approx(0.1 / (1 / 40 + 1 / 60), abs=1e-3)
+    assert got["hybrid_max_peak_over_alone_peak"]["value"] == pytest.approx(100 / 300, abs=1e-3)
+    assert all(c["pass"] for c in got.values())
+    worse = claims.claims(_result(hybrid_ms=30.0, hybrid_peak=250))
+    assert not worse["delay_mean_alone_over_hybrid"]["pass"] and not worse["hybrid_max_peak_over_alone_peak"]["pass"]
+
+
+def test_report_shows_modes_out_of_memory_and_claims(tmp_path):
+    res = _result()
+    res["checks"] = claims.claims(res)
+    text, plots = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "| `alone:c` | — | — | **out of memory** |" in text
+    assert "`alone:c` ran out of memory: device c" in text
+    assert "| delay_mean_alone_over_hybrid | 5.0 | ≥ 3.2 | pass |" in text
+    assert "[a, b, c] conv1 [30, 20, 14]" in text and "a 20, b 12" in text
+    assert plots == ["claims.png"] and (tmp_path / "claims.png").exists()

@@ -1,0 +1,32 @@
+"""bench/memory_fit.py's report (pure): the fit of measured peaks, each point's predictions, the
+error on a model left out of the fit."""
+from bench_modules import load
+
+from edgemesh_tf.models import get_model
+from edgemesh_tf.planner import memory
+from edgemesh_tf.planner.model_stats import model_stats
+
+memory_fit = load("memory_fit")
+TRUE = memory.MemoryModel(60 * 2 ** 20, 4.0, 2.5)
+
+
+def _points():
+    out = []
+    for name in ("vgg", "vgg_wide", "vgg16"):
+        for b in (8, 32):
+            stats = model_stats(get_model(name, (32, 32, 3), 10), b)
+            for k in (1, 2, 4):
+                for i in range(k):
+                    held = [d.units if d.units < k else d.units // k for d in stats.dims]
+                    out.append((name, stats, held, TRUE.device_bytes(stats, held), k, i))
+    return out
+
+
+def test_report_fits_exact_points_and_predicts_a_left_out_model():
+    out = memory_fit.report(_points(), ["vgg", "vgg_wide", "vgg16"])
+    assert out["fitted_max_abs_rel_error"] <= 0.001 and out["within_15pct"]
+    assert out["counted_max_abs_rel_error"] > 0.3  # the plain count misses the runtime and the factors
+    assert all(e <= 0.001 for e in out["left_out_model_max_abs_rel_error"].values())
+    row = out["points"][0]
+    assert set(row) == {"model", "batch", "ways", "device", "measured_mib", "fitted_mib", "counted_mib"}
+    assert len(out["points"]) == 3 * 2 * (1 + 2 + 4)

@@ -1,0 +1,68 @@
+"""The memory model (planner/memory.py): its terms, the least-squares fit of measured peaks, the
+shipped fit's file, and the planner's use of it."""
+import json
+
+import pytest
+
+from edgemesh_tf.models import get_model
+from edgemesh_tf.planner import cost, memory
+from edgemesh_tf.planner.model_stats import model_stats
+
+MODEL = memory.MemoryModel(50 * 2 ** 20, 4.5, 2.0, "known")
+
+
+def _points(mm, models=("vgg", "vgg_wide", "vgg16"), batches=(8, 32), ways=(1, 2, 4)):
+    out = []
+    for name in models:
+        spec = get_model(name, (32, 32, 3), 10)
+        for b in batches:
+            stats = model_stats(spec, b)
+            for k in ways:
+                held = [d.units if d.units < k else d.units // k for d in stats.dims]
+                out.append((stats, held, mm.device_bytes(stats, held)))
+    return out
+
+
+def test_fit_recovers_the_coefficients_of_exact_points():
+    got = memory.fit(_points(MODEL))
+    assert got.runtime_bytes == pytest.approx(MODEL.runtime_bytes, rel=1e-3)
+    assert got.weight_factor == pytest.approx(4.5, rel=1e-3)
+    assert got.activation_factor == pytest.approx(2.0, rel=1e-3)
+
+
+def test_fit_keeps_every_coefficient_non_negative():
+    # peaks that a negative runtime would fit best: the runtime is dropped to 0 and the rest refitted
+    mm = memory.MemoryModel(0.0, 4.0, 1.0)
+    pts = [(s, h, p - 30 * 2 ** 20 if p > 100 * 2 ** 20 else p) for s, h, p in _points(mm)]
+    got = memory.fit(pts)
+    assert got.runtime_bytes >= 0 and got.weight_factor >= 0 and got.activation_factor >= 0
+    with pytest.raises(ValueError, match="at least 3 measured points"):
+        memory.fit(pts[:2])
+
+
+def test_terms_add_up():
+    stats = model_stats(get_model("vgg16", (32, 32, 3), 10), 16)
+    held = [d.units for d in stats.dims]
+    fixed, per_example = MODEL.whole_model_bytes(stats, 16)
+    assert MODEL.device_bytes(stats, held) == pytest.approx(fixed + 16 * per_example, rel=1e-6)
+    # a pooled conv keeps its pre-pool output (4x the pooled one) for the backward pass
+    conv = stats.dim("conv1_2")
+    assert conv.act_bytes == 4 * conv.out_bytes
+    half = [d.units // 2 if d.units > 10 else d.units for d in stats.dims]
+    assert MODEL.device_bytes(stats, half) < 0.65 * MODEL.device_bytes(stats, held)  # weights dominate vgg16
+
+
+def test_load_the_shipped_fit_or_say_what_is_wrong(tmp_path):
+    assert memory.load(str(tmp_path / "absent.json")) == memory.COUNTED
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps({"model": MODEL.to_dict()}))
+    assert memory.load(str(path)) == MODEL
+    path.write_text(json.dumps({"model": {"runtime_bytes": 1}}))
+    with pytest.raises(ValueError, match="fit.json: expected .*weight_factor"):
+        memory.load(str(path))
+
+
+def test_the_planner_predicts_with_the_fitted_model():
+    stats = model_stats(get_model("vgg", (32, 32, 3), 10), 8)
+    assert cost.fixed_memory_bytes(stats) == cost.MEMORY.fixed_bytes(stats)
+    assert cost.MEMORY == memory.FITTED
