@@ -14,7 +14,8 @@ from report_common import LABELS, MIB, _compact, _figure, _status_line, fmt, plt
 from report_claims import claims_section
 from report_tta import tta_section, tta_variants_section
 
-ORDER = ("uneven_split", "emulation", "planner", "edgemesh_claims", "time_to_accuracy", "faults", "tta_variants")
+ORDER = ("uneven_split", "emulation", "emulation_pi4", "planner", "edgemesh_claims", "time_to_accuracy", "faults",
+         "tta_variants")
 NOT_IN_MAKE_BENCH = ("tta_variants",)  # run by its own make target; absent is "not run", not a failure
 
 
@@ -77,9 +78,9 @@ def planner_section(rec, out_dir) -> tuple[str, list[str]]:
     return _figure(fig, out_dir, text, "planner")
 
 
-def emulation_section(rec, out_dir) -> tuple[str, list[str]]:
+def emulation_section(rec, out_dir, name="emulation") -> tuple[str, list[str]]:
     res = result(rec)
-    text = ["## Emulation fidelity: configured against measured\n", _status_line(rec)]
+    text = [f"## Emulation fidelity: configured against measured (`{name}`)\n", _status_line(rec)]
     if not res:
         return "\n".join(text), []
     devs, links = res.get("devices", {}), res.get("links", {})
@@ -102,7 +103,7 @@ def emulation_section(rec, out_dir) -> tuple[str, list[str]]:
         pairs = [(conf(n), meas(n), n) for n in names if conf(n) is not None and meas(n) is not None]
         if pairs:
             _identity_scatter(ax, pairs, "configured", "measured", title)
-    return _figure(fig, out_dir, text, "emulation")
+    return _figure(fig, out_dir, text, name)
 
 
 def uneven_section(rec, out_dir) -> tuple[str, list[str]]:
@@ -135,7 +136,8 @@ def faults_section(rec, out_dir) -> tuple[str, list[str]]:
 
 SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, "planner": planner_section,
             "emulation": emulation_section, "uneven_split": uneven_section, "faults": faults_section,
-            "tta_variants": tta_variants_section}
+            "tta_variants": tta_variants_section,
+            "emulation_pi4": lambda rec, out: emulation_section(rec, out, "emulation_pi4")}
 
 
 def render(results_dir: str, out_dir: str) -> str:
@@ -160,8 +162,8 @@ def render(results_dir: str, out_dir: str) -> str:
                       [[n, r["status"] if r.get("status") in ("ok", "not run") else f"**failed** ({r.get('error')})",
                         fmt(r.get("seconds"), 0), f"`{r.get('command', '—')}`"] for n, r in records.items()]) + "\n")
     body = []
-    for name in ("time_to_accuracy", "tta_variants", "edgemesh_claims", "planner", "emulation", "uneven_split",
-                 "faults"):
+    for name in ("time_to_accuracy", "tta_variants", "edgemesh_claims", "planner", "emulation", "emulation_pi4",
+                 "uneven_split", "faults"):
         text, _ = SECTIONS[name](records[name], out_dir)
         body.append(text)
     failed = [r for r in records.values() if r.get("status") != "ok" and r.get("stderr_tail")]

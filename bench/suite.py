@@ -44,14 +44,17 @@ class Bench:
 
 
 CLUSTER = ("--cluster", "layouts/edge4.yaml")
+PI4 = ("--cluster", "layouts/pi4.yaml")  # the realistic edge cluster (Pi-class devices, 1 Gbit/s)
 ALL_SIX = ",".join(STRATEGIES)
 BENCHES = (
     Bench("uneven_split", "uneven_split.py", ("--steps", "30"), ("--steps", "5", "--round", "5"), 900),
     Bench("emulation", "emulation.py", CLUSTER, CLUSTER + ("--rounds", "1"), 600),
+    Bench("emulation_pi4", "emulation.py", PI4, PI4 + ("--rounds", "1"), 600),
     Bench("planner", "planner.py", CLUSTER + ("--steps", "15"),
           CLUSTER + ("--steps", "3", "--memory_models", ""), 1200),
-    Bench("edgemesh_claims", "edgemesh_claims.py", CLUSTER + ("--steps", "12"),
-          CLUSTER + ("--steps", "3", "--memory", "0", "--dataset", "digits"), 1200),
+    # VGG-16 on the Pi-class cluster, memory limits enforced (bench/edgemesh_claims.py --help)
+    Bench("edgemesh_claims", "edgemesh_claims.py", PI4,
+          PI4 + ("--model", "vgg_wide", "--steps", "2", "--memory", "0"), 1500),
     # digits32 + vgg_m to 92%: 8 seeds of ASHL and ADSP and 3 of BSP on edge4, 2 of ASHL and ADSP on
     # homo4 (bench/time_to_accuracy.py --estimate: the time); past the timeout it is sent SIGTERM and
     # prints the runs made so far

@@ -115,7 +115,8 @@ def _division(group, stats, shares, per_example, act, weights, b0, ps_bandwidth_
                                                                  zip(group, shares)), r)
                    for x, r in zip(stats.dims, reduce))
     pred = GroupPrediction(tuple(d.name for d in group), step, compute, (sum(reduce),) * m,
-                           tuple(int(math.ceil(weights + b * act)) for b in shares), ps_sync_ms(group, stats, ps_bandwidth_mbit),
+                           tuple(int(math.ceil(weights + b * act)) for b in shares),
+                           ps_sync_ms(group, stats, ps_bandwidth_mbit),
                            layers, step)
     return Division(tuple(d.name for d in group), tuple(d.device for d in group),
                     tuple((x.name, None) for x in stats.dims), pred, batch_shares=tuple(shares))

@@ -66,3 +66,38 @@ def test_the_planner_predicts_with_the_fitted_model():
     stats = model_stats(get_model("vgg", (32, 32, 3), 10), 8)
     assert cost.fixed_memory_bytes(stats) == cost.MEMORY.fixed_bytes(stats)
     assert cost.MEMORY == memory.FITTED
+
+
+def _pi4(stats):
+    """layouts/pi4.yaml as a profile: ~25 / 18 / 18 / 10 GFLOP/s, 1024 / 512 / 256 / 192 MiB, 1 Gbit/s."""
+    from planner_util import flops_device
+    return [flops_device(n, stats, g, i, bw=1000, lat=0.3, mem=m << 20)
+            for i, (n, g, m) in enumerate([("jetson0", 25, 1024), ("pi1", 18, 512), ("pi2", 18, 256), ("pi3", 10, 192)])]
+
+
+@pytest.mark.parametrize("commit_interval", [1, 8])
+def test_vgg16_on_pi_boards_needs_the_filter_split(commit_interval):
+    """By the fitted memory model VGG-16 (batch 32) does not fit the two smallest boards whole, so
+    data parallelism cannot use them; the plan splits filters over groups that do use them, and is
+    predicted faster than every alternative."""
+    from planner_util import profile
+
+    from edgemesh_tf.planner import plan
+    from edgemesh_tf.planner.alternatives import sync_data_parallel
+
+    spec = get_model("vgg16", (32, 32, 1), 10)
+    stats = model_stats(spec, 32)
+    devs = _pi4(stats)
+    fixed, per_example = cost.MEMORY.whole_model_bytes(stats, 32)
+    too_small = [d.name for d in devs if fixed + 32 * per_example > d.memory_bytes]
+    assert {"pi2", "pi3"} <= set(too_small)
+    sync = sync_data_parallel(devs, stats, 32)
+    assert sync is None or not set(sync.names) & set(too_small)
+    result = plan(profile(spec, devs, 32), spec, commit_interval=commit_interval)
+    used = {n for g in result.groups for n in g.names}
+    assert result.kind == "grid" and set(too_small) <= used
+    assert all(g.layout.sizes for g in result.groups if set(g.names) & set(too_small))  # split where they are
+    assert all(result.examples_per_sec >= v for _, v in result.alternatives)
+    by_name = {d.name: d for d in devs}
+    for g in result.groups:
+        assert all(m <= by_name[n].memory_bytes for m, n in zip(g.prediction.memory_bytes, g.names))
