@@ -196,8 +196,12 @@ class GroupRunner:
         """Runs every graph of a round once before the start, so that the servers' one-off graph set-up
         is not timed as training: a pull, one iteration, and dense and top-k pushes of scale 0 (the
         global model does not change; the chief zeroes the commit counters before the start), each
-        idempotent (the iteration's change is undone by the initialisation at the end)."""
+        idempotent (the iteration's change is undone by the initialisation at the end). Its duration
+        is reported as the round time until a round is measured: the chief's liveness allows a multiple
+        of it, so that a first round over a slow link (a dense pull and push of vgg_m take ~7 s at
+        10 Mbit/s) is not taken for silence."""
         g = self.g
+        t0 = time.monotonic()
         self._read(sess)  # a read with no report riding along, as the first one of the training loop
         self._run_again_if_lost(sess, g.pull)
         self._run_again_if_lost(sess, g.train.copy_masters_to_slices)
@@ -212,6 +216,7 @@ class GroupRunner:
         for push, ratio in ((g.push_dense, 1.0), (g.push_sparse, 0.001)):
             self._run_again_if_lost(sess, push, {g.ratio: ratio, g.scale: 0.0})
         self._run_again_if_lost(sess, [g.train.init_op, g.local_init])  # momentum and error feedback start empty
+        self._last_round_s = time.monotonic() - t0
 
     def _go(self, vals) -> bool:
         return self.g.board.heartbeat_of(vals) > 0
@@ -304,7 +309,8 @@ class GroupRunner:
         self._done = self._done or done
         """Writes the report now (at start-up and after the last round; rounds send theirs with
         the next read)."""
-        self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss)}, self.cfg.ps_timeout_s)
+        self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss, round_s=self._last_round_s)},
+                           self.cfg.ps_timeout_s)
         self._pending = None
 
 

@@ -4,6 +4,7 @@ that build took about 0.5 s, and when it landed in the first timed iteration it 
 training and inflated ASHL's profile of that device (300 ms/iter measured against 27 ms)."""
 import math
 import os
+import time
 
 import numpy as np
 
@@ -25,6 +26,7 @@ class RecordingSession:
         self.signatures = []
 
     def run(self, fetches, feeds=None, options=None):
+        time.sleep(0.01)  # a run takes time, as over a link
         names = tuple(sorted(f.name for f in tf.nest.flatten(fetches) if f is not None))
         self.signatures.append((names, tuple(sorted(k.name for k in (feeds or {})))))
         return tf.nest.map_structure(
@@ -38,7 +40,10 @@ def test_warm_up_runs_every_signature_of_a_round(tmp_path):
     runner = GroupRunner(cfg, 0, "grpc://127.0.0.1:1")  # the session is never opened
     sess = RecordingSession()
     runner._warm_up(sess)
+    warm_up_s = runner._last_round_s
+    assert warm_up_s >= 0.01 * len(sess.signatures)  # reported as the round time until a round is measured
     runner._report(sess, loss=float("nan"))
+    assert runner._last_round_s == warm_up_s
     runner._wait(sess, lambda v: True, "the start signal (test)")
     before_start = set(sess.signatures)
 
