@@ -29,6 +29,7 @@ from edgemesh_tf.mesh.layout import layout_from_dict
 from edgemesh_tf.models import get_model
 
 POLL_S = 0.005
+HEARTBEAT_SHARE = 0.3  # within a round, a report at least every this share of the job's lost_after_s
 PROFILE_ROUNDS = 1
 
 
@@ -81,6 +82,7 @@ class GroupRunner:
         self._share, self._stream, self._round = None, None, 0
         self._phase, self._phase_commits = None, 0  # the phase of the last round, commits made in it
         self._pending = None  # the last round's report, written with the next read of the board
+        self._reported = time.monotonic()  # when a report (or heartbeat) last reached the board
         self._last_loss, self._last_round_s = float("nan"), 0.0
         self._done = False  # made its max_rounds: every later report says so
         os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
@@ -104,6 +106,8 @@ class GroupRunner:
         vals = run_idempotent(sess, [{**self.g.board.control_fetches(), **self.g.counters}, ops], feeds,
                               timeout_s=self.cfg.ps_timeout_s,
                               what="group %s reading the control board on %s" % (self.name, self.cfg.ps_device))[0]
+        if self._pending:
+            self._reported = time.monotonic()
         self._pending = None
         heartbeat = self.g.board.heartbeat_of(vals)
         if heartbeat > 0 and time.time() - heartbeat > self.cfg.wait_timeout_s:
@@ -147,6 +151,10 @@ class GroupRunner:
         g = self.g.train
         losses, times = [], []
         while True:
+            if time.monotonic() - self._reported > HEARTBEAT_SHARE * self.cfg.lost_after_s:
+                # a long round (many iterations) must not look like silence to the chief's liveness;
+                # the heartbeat is not counted in the iteration's time
+                self._report(sess, self._last_loss)
             xb, yb = next(stream)
             t0 = time.monotonic()
             loss, _ = self._run(sess, [g.loss, g.train_op], {g.images: xb, g.labels: yb, g.learning_rate: lr})
@@ -312,6 +320,7 @@ class GroupRunner:
         self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss, round_s=self._last_round_s)},
                            self.cfg.ps_timeout_s)
         self._pending = None
+        self._reported = time.monotonic()
 
 
 def main(argv=None) -> int:
