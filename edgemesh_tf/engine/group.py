@@ -29,6 +29,7 @@ from edgemesh_tf.mesh.layout import layout_from_dict
 from edgemesh_tf.models import get_model
 
 POLL_S = 0.005
+HEARTBEAT_SHARE = 0.3  # within a round, a report at least every this share of the job's lost_after_s
 PROFILE_ROUNDS = 1
 
 
@@ -81,6 +82,7 @@ class GroupRunner:
         self._share, self._stream, self._round = None, None, 0
         self._phase, self._phase_commits = None, 0  # the phase of the last round, commits made in it
         self._pending = None  # the last round's report, written with the next read of the board
+        self._reported = time.monotonic()  # when a report (or heartbeat) last reached the board
         self._last_loss, self._last_round_s = float("nan"), 0.0
         self._done = False  # made its max_rounds: every later report says so
         os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
@@ -104,6 +106,8 @@ class GroupRunner:
         vals = run_idempotent(sess, [{**self.g.board.control_fetches(), **self.g.counters}, ops], feeds,
                               timeout_s=self.cfg.ps_timeout_s,
                               what="group %s reading the control board on %s" % (self.name, self.cfg.ps_device))[0]
+        if self._pending:
+            self._reported = time.monotonic()
         self._pending = None
         heartbeat = self.g.board.heartbeat_of(vals)
         if heartbeat > 0 and time.time() - heartbeat > self.cfg.wait_timeout_s:
@@ -147,6 +151,10 @@ class GroupRunner:
         g = self.g.train
         losses, times = [], []
         while True:
+            if time.monotonic() - self._reported > HEARTBEAT_SHARE * self.cfg.lost_after_s:
+                # a long round (many iterations) must not look like silence to the chief's liveness;
+                # the heartbeat is not counted in the iteration's time
+                self._report(sess, self._last_loss)
             xb, yb = next(stream)
             t0 = time.monotonic()
             loss, _ = self._run(sess, [g.loss, g.train_op], {g.images: xb, g.labels: yb, g.learning_rate: lr})
@@ -196,8 +204,12 @@ class GroupRunner:
         """Runs every graph of a round once before the start, so that the servers' one-off graph set-up
         is not timed as training: a pull, one iteration, and dense and top-k pushes of scale 0 (the
         global model does not change; the chief zeroes the commit counters before the start), each
-        idempotent (the iteration's change is undone by the initialisation at the end)."""
+        idempotent (the iteration's change is undone by the initialisation at the end). Its duration
+        is reported as the round time until a round is measured: the chief's liveness allows a multiple
+        of it, so that a first round over a slow link (a dense pull and push of vgg_m take ~7 s at
+        10 Mbit/s) is not taken for silence."""
         g = self.g
+        t0 = time.monotonic()
         self._read(sess)  # a read with no report riding along, as the first one of the training loop
         self._run_again_if_lost(sess, g.pull)
         self._run_again_if_lost(sess, g.train.copy_masters_to_slices)
@@ -212,6 +224,7 @@ class GroupRunner:
         for push, ratio in ((g.push_dense, 1.0), (g.push_sparse, 0.001)):
             self._run_again_if_lost(sess, push, {g.ratio: ratio, g.scale: 0.0})
         self._run_again_if_lost(sess, [g.train.init_op, g.local_init])  # momentum and error feedback start empty
+        self._last_round_s = time.monotonic() - t0
 
     def _go(self, vals) -> bool:
         return self.g.board.heartbeat_of(vals) > 0
@@ -304,8 +317,10 @@ class GroupRunner:
         self._done = self._done or done
         """Writes the report now (at start-up and after the last round; rounds send theirs with
         the next read)."""
-        self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss)}, self.cfg.ps_timeout_s)
+        self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss, round_s=self._last_round_s)},
+                           self.cfg.ps_timeout_s)
         self._pending = None
+        self._reported = time.monotonic()
 
 
 def main(argv=None) -> int:

@@ -157,6 +157,18 @@ def test_silent_group_lost_then_readmitted():
     assert not m.controls["b"].lost and m.liveness.lost_at() == {}
 
 
+def test_a_long_first_round_is_not_silence():
+    """Before its first round a group reports its warm-up (a pull, an iteration, the pushes) as its
+    round time: silence is allowed for 3 of them, so a slow link's first round is not a loss."""
+    m = _machine(sync=SyncConfig(strategy="ashl"), lost_after_s=10.0)
+    m.begin()
+    m.step(_snap(0.1, _stats(a={"heartbeat": 1.0, "round_s": 0.5}, b={"heartbeat": 1.0, "round_s": 7.0})))
+    assert "Lost" not in _kinds(m.step(_snap(12.0, _stats(a={"heartbeat": 2.0, "round_s": 0.5},
+                                                         b={"heartbeat": 1.0, "round_s": 7.0}))))
+    acts = m.step(_snap(21.5, _stats(a={"heartbeat": 3.0, "round_s": 0.5}, b={"heartbeat": 1.0, "round_s": 7.0})))
+    assert _kinds(acts)[-1] == "Lost" and acts[-1].group == "b" and "limit 21.0 s" in acts[-1].why
+
+
 def test_exited_group_lost_and_every_group_lost_raises():
     m = _machine(sync=SyncConfig(strategy="asp"))
     m.begin()
