@@ -44,9 +44,10 @@ def even_layout(spec, devices):
 def measure(spec, batch: int, ways: int, steps: int) -> list[tuple[list[int], int]]:
     """[(units held per dim, peak bytes)] of each device training `spec` split evenly over `ways`."""
     from edgemesh_tf.profile.step_timer import measure_memory
-    ports = free_ports(ways)
+    ports = free_ports(ways + 1)
     cluster = parse_cluster({"name": "memfit%d" % ways, "devices": [
-        {"name": "w%d" % i, "role": "worker", "host": "127.0.0.1", "port": p} for i, p in enumerate(ports)]})
+        {"name": "w%d" % i, "role": "worker", "host": "127.0.0.1", "port": p} for i, p in enumerate(ports[:-1])]
+        + [{"name": "ps0", "role": "ps", "host": "127.0.0.1", "port": ports[-1]}]})
     names = [d.name for d in cluster.workers]
     stats = model_stats(spec, batch)
     with emulated_cluster(cluster, network="userspace", compute="off", memory="off") as em:
