@@ -40,7 +40,6 @@ class Bench:
     full: tuple[str, ...]
     quick: tuple[str, ...]
     timeout_s: float
-    default: bool = True  # False: run only when named in --only (make bench-variants)
 
 
 CLUSTER = ("--cluster", "layouts/edge4.yaml")
@@ -65,13 +64,13 @@ BENCHES = (
     # run by `make bench-variants`
     Bench("tta_variants", "time_to_accuracy.py",
           CLUSTER + ("--strategies", "ashl,adsp", "--seeds", "2", "--homo_cluster", "", "--variant_seeds", "2"),
-          CLUSTER + ("--quick", "--strategies", "ashl", "--homo_cluster", ""), 3600, default=False),
+          CLUSTER + ("--quick", "--strategies", "ashl", "--homo_cluster", ""), 3600),
 )
 
 
 def selected(only: list[str]) -> list[Bench]:
-    """The benchmarks named in `only`, else those of `make bench` (every one with `default`)."""
-    return [b for b in BENCHES if (b.name in only if only else b.default)]
+    """The benchmarks named in `only`, else those of `make bench` (all but report.NOT_IN_MAKE_BENCH)."""
+    return [b for b in BENCHES if (b.name in only if only else b.name not in report.NOT_IN_MAKE_BENCH)]
 
 
 def machine(command: str) -> dict:

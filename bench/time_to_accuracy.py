@@ -106,12 +106,12 @@ class ClusterRuns:
             for name, seed in order:
                 if not clock.allows(name, seed):
                     continue
-                tail, failed = self.args.tail_s, []
+                failed = []
                 for attempt in range(2):  # a run whose job fails (a group that could not start) is made again, once
                     logdir = os.path.join(self.workdir, cluster.name, f"{name}-{seed}" + ("-again" if attempt else ""))
                     cfg = job_config(cluster, default_groups(cluster, args.batch), sync=sync_config(name),
                                      model=args.model, dataset=args.dataset, target_accuracy=args.target,
-                                     target_evaluations=CONSECUTIVE, stop_after_target_s=tail,
+                                     target_evaluations=CONSECUTIVE, stop_after_target_s=args.tail_s,
                                      time_budget_s=args.budget_s,
                                      eval_interval_s=args.eval_interval_s, checkpoint_interval_s=60.0, seed=seed,
                                      logdir=logdir)
@@ -127,7 +127,7 @@ class ClusterRuns:
                               flush=True)
                 if _TERMINATED or "SIGTERM" in str(final.get("why")):  # the chief took the signal: the run is cut short
                     raise Interrupted()
-                rec = run_record(final, seed, args.target, tail, time.monotonic() - t0, logdir)
+                rec = run_record(final, seed, args.target, args.tail_s, time.monotonic() - t0, logdir)
                 rec["failed_attempts"] = failed
                 if rec["eval_spacing_s"] is not None:
                     self.spacings.append(rec["eval_spacing_s"])

@@ -88,6 +88,7 @@ class EmulatedCluster:
         self._client_addresses: dict[str, str] = {}
         self._closed = False
         self._cpu: dict[str, tuple[cgroup.CpuGroup, float, int]] = {}  # name -> (cgroup, calibrated cores, period µs)
+        self._slowdown: dict[str, float] = {}  # name -> factor of `set_slowdown` in force
         self._cmds: dict[str, list[str]] = {}  # device name -> the command that started its server
         self.exit_codes: dict[str, int] = {}  # filled by close(): 0 = clean exit on SIGTERM
 
@@ -126,6 +127,7 @@ class EmulatedCluster:
             raise ValueError("slowdown factor of %s must be > 0, got %r" % (name, factor))
         group, cores, period_us = self._cpu[name]
         group.set_quota(cores / factor, period_us)
+        self._slowdown[name] = factor
         logging.info("device %s slowed %.3gx: %.3f cores", name, factor, cores / factor)
         return cores / factor
 
@@ -137,9 +139,9 @@ class EmulatedCluster:
             group.set_quota(None, period_us)
 
     def restore_quotas(self) -> None:
-        """Every device back at its calibrated quota (undoes `lift_quotas` and `set_slowdown`)."""
-        for group, cores, period_us in self._cpu.values():
-            group.set_quota(cores, period_us)
+        """Every device back at its quota: calibrated, or slowed by `set_slowdown` (undoes `lift_quotas`)."""
+        for name, (group, cores, period_us) in self._cpu.items():
+            group.set_quota(cores / self._slowdown.get(name, 1.0), period_us)
 
     def _spawn_server(self, name: str, mode: str) -> subprocess.Popen:
         with open(_log_path(self.run_dir, name), mode) as log:

@@ -314,9 +314,9 @@ class GroupRunner:
                                                      "incarnation": self.incarnation})
 
     def _report(self, sess, loss: float, done: bool = False):
+        """Writes the report now: at start-up, as a heartbeat inside a long round and after the last
+        round (a round's own report rides on the next read)."""
         self._done = self._done or done
-        """Writes the report now (at start-up and after the last round; rounds send theirs with
-        the next read)."""
         self.g.board.write(sess, {**(self._pending or {}), **self._stats(loss, round_s=self._last_round_s)},
                            self.cfg.ps_timeout_s)
         self._pending = None

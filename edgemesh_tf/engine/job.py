@@ -179,19 +179,19 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
         if started_here:  # a caller that passed its testbed has said what it is
             emit(records.Testbed(**servers.summary))
         launch = {g.name: servers.launch[by_device[g.layout["devices"][0]]] for g in cfg.groups}
-        quotas = testbed if fast_setup and testbed is not None else None
-        if quotas is not None:
-            quotas.lift_quotas()
+        restore_quotas = lambda: None  # noqa: E731
+        if fast_setup and testbed is not None:
+            testbed.lift_quotas()
+            restore_quotas = testbed.restore_quotas
         groups = GroupProcesses(cfg, launch, pool)
         rejoiner = Rejoiner(cfg, groups, servers.launch, servers.addresses)
         try:
             chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait,
-                          rejoin=rejoiner.tick, before_start=quotas.restore_quotas if quotas else lambda: None)
+                          rejoin=rejoiner.tick, before_start=restore_quotas)
             with _stop_on_sigterm(chief):
                 final = chief.run()
         finally:  # the chief already waited for them to leave; a group still running now is stuck (or the chief failed)
-            if quotas is not None:
-                quotas.restore_quotas()
+            restore_quotas()  # also when the job failed before its start
             codes = groups.stop(min(5.0, cfg.wait_timeout_s))
         return dataclasses.replace(final, group_exit_codes=codes, testbed=servers.summary).to_dict()
 

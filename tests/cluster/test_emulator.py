@@ -93,6 +93,12 @@ def test_up_run_ops_and_down_leaves_nothing():
             assert cluster._cpu[name][0].quota_us() == -1
             cluster.restore_quotas()
             assert int(open(os.path.join(group, "cpu.cfs_quota_us")).read()) == quota
+            # a slowed device stays slowed through a set-up with the quotas lifted
+            cluster.set_slowdown(name, 2.0)
+            cluster.lift_quotas()
+            cluster.restore_quotas()
+            assert cluster._cpu[name][0].quota_us() / period == pytest.approx(cores / 2, rel=0.01)
+            cluster.set_slowdown(name, 1.0)
             host_if = netns.link_for(run_id, cluster.run.data["slot"], 0 if name == "w0" else 1, name, None).host_if
             assert "tbf" in netns.run("tc", "qdisc", "show", "dev", host_if).stdout
         # Delay applied (not missing, not doubled); the margin absorbs scheduling on a busy 2-core machine.
