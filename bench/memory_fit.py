@@ -6,7 +6,8 @@
 For every model, batch and even filter split over `ways` devices, a fresh set of TF servers (one
 per device, no CPU or memory limit: the peak is what the device needs) trains the split for
 --steps steps; each server's peak resident memory above its idle RSS (VmHWM, `step_timer`) is a
-point. The memory model's coefficients (planner/memory.py) are fitted to all points by relative
+point. The split's whole (master) tensors are spread over its devices (train/graph.py's default).
+The memory model's coefficients (planner/memory.py) are fitted to all points by relative
 least squares; the JSON reports every point with the fitted and the plain-count (`COUNTED`)
 prediction, the largest relative error of each, and the fit's error on each model when that model
 is left out of the fit (how well it predicts a model it has not seen). --write stores the fit in
@@ -65,20 +66,20 @@ def measure(spec, batch: int, ways: int, steps: int) -> list[tuple[list[int], in
 def report(points, models) -> dict:
     """The fit, every point's predictions, and the leave-one-model-out errors (pure). points: [(model,
     ModelStats, units held per dim, peak bytes, ways, device index)]."""
-    fitted = memory.fit([(s, h, p) for _, s, h, p, *_ in points], source="bench/memory_fit.py")
-    rel = lambda mm, s, h, p: mm.device_bytes(s, h) / p - 1
+    fit_points = lambda pts: [(s, h, w, p) for _, s, h, p, w, _ in pts]
+    fitted = memory.fit(fit_points(points), source="bench/memory_fit.py")
+    mib = lambda mm, s, h, w: round(mm.device_bytes(s, h, w) / 2 ** 20, 1)
     rows = [{"model": m, "batch": s.batch, "ways": w, "device": i, "measured_mib": round(p / 2 ** 20, 1),
-             "fitted_mib": round(fitted.device_bytes(s, h) / 2 ** 20, 1),
-             "counted_mib": round(memory.COUNTED.device_bytes(s, h) / 2 ** 20, 1)} for m, s, h, p, w, i in points]
-    worst = lambda mm, pts: round(max(abs(rel(mm, s, h, p)) for s, h, p in pts), 3)
-    every = [(s, h, p) for _, s, h, p, *_ in points]
-    out = {"model": fitted.to_dict(), "points": rows, "fitted_max_abs_rel_error": worst(fitted, every),
-           "counted_max_abs_rel_error": worst(memory.COUNTED, every)}
+             "fitted_mib": mib(fitted, s, h, w), "counted_mib": mib(memory.COUNTED, s, h, w)}
+            for m, s, h, p, w, i in points]
+    worst = lambda mm, pts: round(max(abs(mm.device_bytes(s, h, w) / p - 1) for s, h, w, p in pts), 3)
+    out = {"model": fitted.to_dict(), "points": rows, "fitted_max_abs_rel_error": worst(fitted, fit_points(points)),
+           "counted_max_abs_rel_error": worst(memory.COUNTED, fit_points(points))}
     held_out = {}
     for m in models:
-        rest = [(s, h, p) for mm, s, h, p, *_ in points if mm != m]
-        mine = [(s, h, p) for mm, s, h, p, *_ in points if mm == m]
-        if len(rest) >= 3 and mine:
+        rest = fit_points([pt for pt in points if pt[0] != m])
+        mine = fit_points([pt for pt in points if pt[0] == m])
+        if len(rest) >= 4 and mine:
             held_out[m] = worst(memory.fit(rest), mine)
     out["left_out_model_max_abs_rel_error"] = held_out
     out["within_15pct"] = out["fitted_max_abs_rel_error"] <= 0.15

@@ -51,28 +51,34 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
     g = build_train_graph(spec, layout, batch_size, learning_rate=learning_rate, momentum=momentum, seed=seed,
                           master_device=layout.devices[0], container=container, weight_decay=weight_decay)
     masters = _master_variables(g)
-    device = layout.devices[0]
+    on = {n: v.device for n, v in masters.items()}  # each tensor's pull, anchor, residual and delta live with its master
     with g.graph.as_default():
         ps = ParameterServer([(n, tuple(v.shape.as_list())) for n, v in masters.items()], groups, ps_device)
         board = ControlBoard(groups, ps_device)
         counters = ps.counters()
         local = []
-        with tf.container(container), tf.device(device):
-            anchors = {n: tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, use_resource=True,
-                                      collections=[tf.GraphKeys.LOCAL_VARIABLES], name="anchor/" + n)
-                       for n, v in masters.items()}
+        with tf.container(container):
+            anchors = {}
+            for n, v in masters.items():
+                with tf.device(on[n]):
+                    anchors[n] = tf.Variable(tf.zeros(v.shape, tf.float32), trainable=False, use_resource=True,
+                                             collections=[tf.GraphKeys.LOCAL_VARIABLES], name="anchor/" + n)
             local += list(anchors.values())
-            pulled = ps.pull(device=device, group=group)
+            pulled = ps.pull(device=on, group=group)
             pull = tf.group(*[masters[n].assign(pulled[n], read_value=False) for n in masters],
                             *[anchors[n].assign(pulled[n], read_value=False) for n in masters], name="pull")
+        with tf.container(container), tf.device(layout.devices[0]):
             ratio = tf.placeholder(tf.float32, [], name="ratio")
             scale = tf.placeholder(tf.float32, [], name="scale")
             push_dense = push_sparse = {}
             if group is not None:
-                comps = {n: TopKCompressor(int(v.shape.num_elements()), device=device,
+                comps = {n: TopKCompressor(int(v.shape.num_elements()), device=on[n],
                                            name="topk/" + n.replace("/", "_")) for n, v in masters.items()}
                 local += [c.residual for c in comps.values()]
-                deltas = {n: tf.reshape(masters[n].read_value() - anchors[n].read_value(), [-1]) for n in masters}
+                deltas = {}
+                for n in masters:
+                    with tf.device(on[n]):
+                        deltas[n] = tf.reshape(masters[n].read_value() - anchors[n].read_value(), [-1])
                 push_dense = _dense(ps, masters, deltas, comps, scale, group, error_feedback)
                 push_sparse = _sparse(ps, deltas, comps, ratio, scale, group, error_feedback)
         local_init = tf.variables_initializer(local)
@@ -82,10 +88,11 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
 
 def _dense(ps, masters, deltas, comps, scale, group, error_feedback) -> dict:
     """Dense push of delta + residual; the residual is then empty."""
-    if error_feedback:
-        full = {n: tf.reshape(deltas[n] + comps[n].residual.read_value(), masters[n].shape) for n in masters}
-    else:
-        full = {n: tf.reshape(deltas[n], masters[n].shape) for n in masters}
+    full = {}
+    for n in masters:
+        with tf.device(masters[n].device):
+            d = deltas[n] + comps[n].residual.read_value() if error_feedback else deltas[n]
+            full[n] = tf.reshape(d, masters[n].shape)
     push = ps.push_dense(full, scale, group)
     with tf.control_dependencies([push.version]):
         clear = [c.residual.assign(tf.zeros_like(c.residual), read_value=False) for c in comps.values()]

@@ -64,7 +64,7 @@ def sync_data_parallel(devices: Sequence[DeviceProfile], stats: ModelStats, prof
     b0, B = profile_batch, stats.batch
     per_example = {d.name: transfer_ms(stats.image_bytes, d.bandwidth_mbit)
                    + sum(d.layer_ms(x.name) for x in stats.dims) / b0 for d in devices}
-    weights, act = cost.MEMORY.whole_model_bytes(stats, B)  # (batch-independent bytes, bytes per example)
+    weights, act = cost.MEMORY.whole_model_bytes(stats, B, replica=True)  # (batch-independent bytes, bytes per example)
     fit = [d for d in devices if weights + act <= d.memory_bytes]
     if not fit:
         return None

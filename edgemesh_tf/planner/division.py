@@ -315,7 +315,7 @@ def _pack_memory(group, stats, coeffs, quanta) -> list[Shares]:
 def _check_memory_floor(group, stats, coeffs, quanta) -> None:
     """PlanError if a device is over budget even holding one quantum of every splittable layer."""
     for i, d in enumerate(group):
-        floor = fixed_memory_bytes(stats) + sum(co.mem_per_unit * (q or co.units) for co, q in zip(coeffs, quanta))
+        floor = fixed_memory_bytes(stats, len(group)) + sum(co.mem_per_unit * (q or co.units) for co, q in zip(coeffs, quanta))
         if floor > d.memory_bytes:
             raise PlanError("device %s: needs at least %d bytes (the fewest filters it can hold in a group of %d) but "
                             "its memory_bytes budget is %d: %d bytes missing"

@@ -2,13 +2,19 @@
 
     memory_i = runtime_bytes
              + weight_factor     * 4 * sum_l params_per_unit_l * s_i,l
+             + master_factor     * P / k                       (k > 1 devices in the group)
              + activation_factor * b * (image + sum_l in_l + sum_l act_l * s_i,l / U_l)
+             + 2 * P / k                                        (a replica of the engine only)
 
 s_i,l: units of dim l device i holds (U_l when replicated); b: examples per step; in_l: a layer's
 gathered input, kept for the backward pass on every device; act_l: its output before pooling (the
 ReLU output kept for backward). The factors stand for what the plain count misses:
 - weight_factor: the weights, their momentum and gradient, and the partial-gradient and gathered
   copies the lowering makes of a share (3 if nothing else);
+- master_factor: a split group's whole (master) weights and momentum, P bytes each, spread over its
+  k devices by bytes (train/graph.py; 2 if nothing else). A one-device group's slices are its masters.
+  An engine replica (engine/graph.py) also keeps an anchor and a residual of every whole tensor with
+  its master: 2 * P / k more, counted exactly (`replica=True`).
 - activation_factor: the activations, their gradients and the convolutions' scratch (1 if nothing else);
 - runtime_bytes: the executor, its kernels and allocator arenas once a graph runs.
 
@@ -36,12 +42,17 @@ class MemoryModel:
 
     runtime_bytes: float
     weight_factor: float
+    master_factor: float
     activation_factor: float
     source: str = ""
 
-    def fixed_bytes(self, stats: ModelStats) -> int:
-        """Bytes a device holds whatever its shares: the runtime and every layer's gathered input."""
-        return int(self.runtime_bytes + self.activation_factor * stats.batch
+    def fixed_bytes(self, stats: ModelStats, k: int = 1, replica: bool = False) -> int:
+        """Bytes a device of a `k`-device group holds whatever its shares: the runtime, every layer's
+        gathered input, its part of the whole (master) tensors; `replica`: also the engine's anchors
+        and residuals."""
+        masters = self.master_factor * stats.param_bytes / k if k > 1 else 0.0
+        copies = REPLICA_COPIES * stats.param_bytes / k if replica else 0.0
+        return int(self.runtime_bytes + masters + copies + self.activation_factor * stats.batch
                    * (stats.image_bytes + sum(d.in_bytes for d in stats.dims)))
 
     def per_unit_bytes(self, dim: DimStats, batch: int) -> float:
@@ -49,14 +60,15 @@ class MemoryModel:
         return (self.weight_factor * FLOAT_BYTES * dim.params_per_unit
                 + self.activation_factor * batch * dim.act_bytes / dim.units)
 
-    def device_bytes(self, stats: ModelStats, held: Sequence[int]) -> int:
-        """Peak bytes of a device holding `held[l]` units of each dim (in `stats.dims` order)."""
-        return int(math.ceil(self.fixed_bytes(stats) + sum(self.per_unit_bytes(d, stats.batch) * h
+    def device_bytes(self, stats: ModelStats, held: Sequence[int], k: int = 1, replica: bool = False) -> int:
+        """Peak bytes of a device of a `k`-device group holding `held[l]` units of each dim (in
+        `stats.dims` order)."""
+        return int(math.ceil(self.fixed_bytes(stats, k, replica) + sum(self.per_unit_bytes(d, stats.batch) * h
                                                             for d, h in zip(stats.dims, held))))
 
-    def whole_model_bytes(self, stats: ModelStats, batch: int) -> tuple[float, float]:
+    def whole_model_bytes(self, stats: ModelStats, batch: int, replica: bool = False) -> tuple[float, float]:
         """(bytes independent of the batch, bytes per example) of the whole model on one device."""
-        fixed = self.runtime_bytes + self.weight_factor * stats.param_bytes
+        fixed = self.runtime_bytes + (self.weight_factor + (REPLICA_COPIES if replica else 0)) * stats.param_bytes
         per_example = self.activation_factor * (stats.image_bytes + sum(d.in_bytes + d.act_bytes
                                                                          for d in stats.dims))
         return fixed, per_example
@@ -65,39 +77,43 @@ class MemoryModel:
         return dataclasses.asdict(self)
 
 
-COUNTED = MemoryModel(0.0, 3.0, 1.0, "counted: weights, momentum, gradient and activations once, no runtime")
+REPLICA_COPIES = 2  # an engine replica's anchor and error-feedback residual of each whole tensor
+COUNTED = MemoryModel(0.0, 3.0, 2.0, 1.0, "counted: weights, momentum, gradient, masters and activations once, "
+                                          "no runtime")
 
 
-def features(stats: ModelStats, held: Sequence[int]) -> tuple[float, float, float]:
-    """(1, weight bytes held, activation bytes held): the terms the coefficients multiply."""
+def features(stats: ModelStats, held: Sequence[int], k: int = 1) -> tuple[float, float, float, float]:
+    """(1, weight bytes held, master bytes per device, activation bytes held): the terms the
+    coefficients multiply, for a device of a `k`-device group."""
     weights = FLOAT_BYTES * sum(d.params_per_unit * h for d, h in zip(stats.dims, held))
+    masters = stats.param_bytes / k if k > 1 else 0.0
     acts = stats.batch * (stats.image_bytes + sum(d.in_bytes for d in stats.dims)
                           + sum(d.act_bytes * h / d.units for d, h in zip(stats.dims, held)))
-    return 1.0, float(weights), float(acts)
+    return 1.0, float(weights), float(masters), float(acts)
 
 
-def fit(points: Sequence[tuple[ModelStats, Sequence[int], float]], source: str = "") -> MemoryModel:
+def fit(points: Sequence[tuple[ModelStats, Sequence[int], int, float]], source: str = "") -> MemoryModel:
     """Least-squares coefficients (each >= 0) of measured peaks: points of (stats, units held per
-    dim, measured peak bytes). The error minimised is relative (each point weighted by 1/peak), so
+    dim, devices in the group, measured peak bytes). The error minimised is relative (each point weighted by 1/peak), so
     small devices count as much as large ones."""
     import numpy as np
 
-    if len(points) < 3:
-        raise ValueError("fitting the memory model needs at least 3 measured points, got %d" % len(points))
-    x = np.array([features(s, h) for s, h, _ in points])
-    y = np.array([p for _, _, p in points], dtype=float)
+    if len(points) < 4:
+        raise ValueError("fitting the memory model needs at least 4 measured points, got %d" % len(points))
+    x = np.array([features(s, h, k) for s, h, k, _ in points])
+    y = np.array([p for *_, p in points], dtype=float)
     if (y <= 0).any():
         raise ValueError("measured peaks must be > 0 bytes, got %s" % sorted(y)[:3])
     w = 1.0 / y
-    active = [0, 1, 2]
+    active = [0, 1, 2, 3]
     while True:  # non-negative least squares by dropping a negative coefficient and solving again
-        coef = np.zeros(3)
+        coef = np.zeros(4)
         sol = np.linalg.lstsq(x[:, active] * w[:, None], y * w, rcond=None)[0]
         coef[active] = sol
         if (coef >= 0).all():
             break
         active.remove(active[int(np.argmin(sol))])
-    return MemoryModel(float(coef[0]), float(coef[1]), float(coef[2]), source)
+    return MemoryModel(*(float(c) for c in coef), source)
 
 
 def load(path: str = FIT_PATH) -> MemoryModel:
@@ -107,10 +123,10 @@ def load(path: str = FIT_PATH) -> MemoryModel:
     with open(path) as f:
         try:
             raw = json.load(f)["model"]
-            return MemoryModel(float(raw["runtime_bytes"]), float(raw["weight_factor"]),
+            return MemoryModel(float(raw["runtime_bytes"]), float(raw["weight_factor"]), float(raw["master_factor"]),
                                float(raw["activation_factor"]), str(raw.get("source", path)))
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError("%s: expected {\"model\": {\"runtime_bytes\", \"weight_factor\", "
+            raise ValueError("%s: expected {\"model\": {\"runtime_bytes\", \"weight_factor\", \"master_factor\", "
                              "\"activation_factor\"}} (bench/memory_fit.py --write), got an error: %s" % (path, e))
 
 

@@ -138,9 +138,9 @@ class ParameterServer:
             with tf.control_dependencies(bumps):
                 return self.version.assign_add(one)
 
-    def pull(self, device: str | None = None, group: str | None = None) -> dict[str, tf.Tensor]:
+    def pull(self, device: str | Mapping[str, str] | None = None, group: str | None = None) -> dict[str, tf.Tensor]:
         """{name: tensor}: the global tensors, read on the ps and copied to `device` (default: the
-        current device scope). Moves `pull_bytes` bytes. With `group`, the reads also count a pull of
+        current device scope; a mapping gives each tensor's own device). Moves `pull_bytes` bytes. With `group`, the reads also count a pull of
         that group ("pulls/<group>", e.g. for BSP: nobody pushes round r+1 before all pulled it)."""
         with tf.name_scope(self.scope + "_pull"):
             with tf.device(self.ps_device):
@@ -150,8 +150,11 @@ class ParameterServer:
                         bump = self.pulls[group].assign_add(1, read_value=False)
                     with tf.control_dependencies([bump]):
                         reads = {n: tf.identity(r) for n, r in reads.items()}
-            with tf.device(device):
-                return {n: tf.identity(r, name=n) for n, r in reads.items()}
+            out = {}
+            for n, r in reads.items():
+                with tf.device(device.get(n) if isinstance(device, Mapping) else device):
+                    out[n] = tf.identity(r, name=n)
+            return out
 
     def push_dense(self, deltas: Mapping[str, tf.Tensor], scale, group: str) -> Push:
         """W[n] += scale * deltas[n] for every tensor n (all of them must be given), on the ps.

@@ -63,23 +63,41 @@ def _reads_of(var, step_ops: set) -> list:
 
 
 class _Placer:
-    """mtf's variable placer interface: puts every master variable on one device."""
+    """mtf's variable placer interface. "first": every master variable on the layout's first device.
+    "spread": each on the device holding the fewest master bytes so far (mtf's BalancedVariablePlacer),
+    because on "first" the first device of a split holds the whole model on top of its slices (VGG-16,
+    batch 32, 4 ways: 402 MiB against 141-144 on the others; docs/DESIGN.md). Other ops created in the
+    placer's scope (initialisers, reads) go with the last variable placed."""
 
-    def __init__(self, device: str):
-        self.device = device
+    def __init__(self, devices, how: str):
+        if how not in MASTER_PLACEMENTS:
+            raise ValueError("master placement must be one of %s, got %r" % (MASTER_PLACEMENTS, how))
+        self.devices = list(devices) if how == "spread" else list(devices)[:1]
+        self.loads = [0] * len(self.devices)
+        self.last = self.devices[0]
 
-    def device_function(self, op):  # pylint: disable=unused-argument
-        return self.device
+    def device_function(self, op):
+        if op.type in ("VarHandleOp", "VariableV2") and len(self.devices) > 1:
+            i = min(range(len(self.devices)), key=lambda j: (self.loads[j], j))
+            self.loads[i] += op.get_attr("dtype").size * max(1, tf.TensorShape(op.get_attr("shape")).num_elements())
+            self.last = self.devices[i]
+        return self.last
+
+
+MASTER_PLACEMENTS = ("spread", "first")
 
 
 def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learning_rate: float = 0.05,
                       momentum: float = 0.9, seed: int = 0, master_device: str | None = None,
-                      mesh_impl=None, container: str = "", weight_decay: float = 0.0) -> TrainGraph:
+                      mesh_impl=None, container: str = "", weight_decay: float = 0.0,
+                      master_placement: str = "spread") -> TrainGraph:
     """Builds the model, its loss and one SGD-with-momentum step under ``layout``:
     ``m = momentum·m + g + weight_decay·w; w -= lr·m`` (PyTorch's SGD), lr fed as ``learning_rate``.
 
     Args:
-      master_device: where whole (master) variables live; defaults to the layout's first device.
+      master_device: the input placeholders and the global step; defaults to the layout's first device.
+      master_placement: where whole (master) variables live: "spread" over the layout's devices by
+        bytes, or all on "first" (``master_device``).
       mesh_impl: overrides the lowering implementation (benchmarks compare mtf's stock one);
         ``layout`` then only names the master device.
       container: TF resource container of the variables: graphs that share servers at the same
@@ -94,7 +112,8 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
         tf.set_random_seed(seed)
         mtf_graph = mtf.Graph()
         master = master_device or layout.devices[0]
-        mesh = mtf.Mesh(mtf_graph, "mesh", variable_placer=_Placer(master))
+        placer_devices = [master] + [d for d in layout.devices if d != master]
+        mesh = mtf.Mesh(mtf_graph, "mesh", variable_placer=_Placer(placer_devices, master_placement))
         with tf.device(master):
             images = tf.placeholder(tf.float32, [batch_size, *spec.image_shape], name="images")
             labels = tf.placeholder(tf.int32, [batch_size], name="labels")

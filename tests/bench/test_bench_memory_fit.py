@@ -7,7 +7,7 @@ from edgemesh_tf.planner import memory
 from edgemesh_tf.planner.model_stats import model_stats
 
 memory_fit = load("memory_fit")
-TRUE = memory.MemoryModel(60 * 2 ** 20, 4.0, 2.5)
+TRUE = memory.MemoryModel(60 * 2 ** 20, 4.0, 2.0, 2.5)
 
 
 def _points():
@@ -18,7 +18,7 @@ def _points():
             for k in (1, 2, 4):
                 for i in range(k):
                     held = [d.units if d.units < k else d.units // k for d in stats.dims]
-                    out.append((name, stats, held, TRUE.device_bytes(stats, held), k, i))
+                    out.append((name, stats, held, TRUE.device_bytes(stats, held, k), k, i))
     return out
 
 

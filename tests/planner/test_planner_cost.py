@@ -52,11 +52,12 @@ def test_step_memory_and_sync_by_hand():
     assert p.separable_ms == pytest.approx(max(15, 10) + max(gather) + 2.0 + base)
     assert p.step_ms <= p.separable_ms  # the simulation only removes waiting the bound counts
     assert p.comm_ms == pytest.approx(gather)
-    # memory: 3 copies * 4 bytes * params + batch * (image + inputs + own outputs)
-    fixed = 10 * (4 * 64 + 4 * 4)  # image + out's input (fc's gathered output)
+    # memory: 3 copies * 4 bytes * params + batch * (image + inputs + own outputs), and each device's
+    # half of the whole tensors: 2 masters (weights, momentum) + an engine replica's anchor and residual
+    model_bytes = 4 * (65 * 4 + 5 * 4)
+    fixed = 10 * (4 * 64 + 4 * 4) + (2 + 2) * model_bytes // 2  # image + out's input (fc's gathered output)
     assert p.memory_bytes == (fixed + 12 * 65 * 3 + 10 * 4 * 3 + 12 * 5 * 4 + 10 * 16,
                               fixed + 12 * 65 * 1 + 10 * 4 * 1 + 12 * 5 * 4 + 10 * 16)
-    model_bytes = 4 * (65 * 4 + 5 * 4)
     assert p.ps_sync_ms == pytest.approx(2 * model_bytes / 1000 + 2 * 2.0)
 
 

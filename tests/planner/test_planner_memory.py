@@ -8,7 +8,7 @@ from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import cost, memory
 from edgemesh_tf.planner.model_stats import model_stats
 
-MODEL = memory.MemoryModel(50 * 2 ** 20, 4.5, 2.0, "known")
+MODEL = memory.MemoryModel(50 * 2 ** 20, 4.5, 2.5, 2.0, "known")
 
 
 def _points(mm, models=("vgg", "vgg_wide", "vgg16"), batches=(8, 32), ways=(1, 2, 4)):
@@ -19,7 +19,7 @@ def _points(mm, models=("vgg", "vgg_wide", "vgg16"), batches=(8, 32), ways=(1, 2
             stats = model_stats(spec, b)
             for k in ways:
                 held = [d.units if d.units < k else d.units // k for d in stats.dims]
-                out.append((stats, held, mm.device_bytes(stats, held)))
+                out.append((stats, held, k, mm.device_bytes(stats, held, k)))
     return out
 
 
@@ -27,17 +27,27 @@ def test_fit_recovers_the_coefficients_of_exact_points():
     got = memory.fit(_points(MODEL))
     assert got.runtime_bytes == pytest.approx(MODEL.runtime_bytes, rel=1e-3)
     assert got.weight_factor == pytest.approx(4.5, rel=1e-3)
+    assert got.master_factor == pytest.approx(2.5, rel=1e-3)
     assert got.activation_factor == pytest.approx(2.0, rel=1e-3)
 
 
 def test_fit_keeps_every_coefficient_non_negative():
     # peaks that a negative runtime would fit best: the runtime is dropped to 0 and the rest refitted
-    mm = memory.MemoryModel(0.0, 4.0, 1.0)
-    pts = [(s, h, p - 30 * 2 ** 20 if p > 100 * 2 ** 20 else p) for s, h, p in _points(mm)]
+    mm = memory.MemoryModel(0.0, 4.0, 2.0, 1.0)
+    pts = [(s, h, k, p - 30 * 2 ** 20 if p > 100 * 2 ** 20 else p) for s, h, k, p in _points(mm)]
     got = memory.fit(pts)
-    assert got.runtime_bytes >= 0 and got.weight_factor >= 0 and got.activation_factor >= 0
-    with pytest.raises(ValueError, match="at least 3 measured points"):
-        memory.fit(pts[:2])
+    assert min(got.runtime_bytes, got.weight_factor, got.master_factor, got.activation_factor) >= 0
+    with pytest.raises(ValueError, match="at least 4 measured points"):
+        memory.fit(pts[:3])
+
+
+def test_a_split_device_holds_its_part_of_the_masters_and_a_replica_its_anchors():
+    stats = model_stats(get_model("vgg16", (32, 32, 3), 10), 8)
+    P = stats.param_bytes
+    assert MODEL.fixed_bytes(stats, 4) - MODEL.fixed_bytes(stats, 1) == pytest.approx(2.5 * P / 4, abs=1)
+    assert MODEL.fixed_bytes(stats, 4, replica=True) - MODEL.fixed_bytes(stats, 4) == pytest.approx(2 * P / 4, abs=1)
+    # one device: its slices are the masters, no master term; a replica still keeps whole anchors
+    assert MODEL.fixed_bytes(stats, 1, replica=True) - MODEL.fixed_bytes(stats, 1) == pytest.approx(2 * P, abs=1)
 
 
 def test_terms_add_up():
@@ -64,7 +74,7 @@ def test_load_the_shipped_fit_or_say_what_is_wrong(tmp_path):
 
 def test_the_planner_predicts_with_the_fitted_model():
     stats = model_stats(get_model("vgg", (32, 32, 3), 10), 8)
-    assert cost.fixed_memory_bytes(stats) == cost.MEMORY.fixed_bytes(stats)
+    assert cost.fixed_memory_bytes(stats, 3) == cost.MEMORY.fixed_bytes(stats, 3, replica=True)
     assert cost.MEMORY == memory.FITTED
 
 
@@ -88,7 +98,7 @@ def test_vgg16_on_pi_boards_needs_the_filter_split(commit_interval):
     spec = get_model("vgg16", (32, 32, 1), 10)
     stats = model_stats(spec, 32)
     devs = _pi4(stats)
-    fixed, per_example = cost.MEMORY.whole_model_bytes(stats, 32)
+    fixed, per_example = cost.MEMORY.whole_model_bytes(stats, 32, replica=True)
     too_small = [d.name for d in devs if fixed + 32 * per_example > d.memory_bytes]
     assert {"pi2", "pi3"} <= set(too_small)
     sync = sync_data_parallel(devs, stats, 32)

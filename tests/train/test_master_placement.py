@@ -1,0 +1,67 @@
+"""Where a split's whole (master) variables live: spread over the group's devices by bytes (the
+default), or all on the first device. On "first" the first device of a split held the whole model
+on top of its slices (VGG-16, batch 32, 4 ways: 402 MiB against ~141 on the others)."""
+import numpy as np
+import pytest
+
+from edgemesh_tf.mesh.build import session_config
+from edgemesh_tf.mesh.compat import tf
+from edgemesh_tf.mesh.layout import Layout, local_devices
+from edgemesh_tf.train.graph import build_train_graph
+from edgemesh_tf.train.loop import restore_or_init
+
+
+def _layout(spec, k):
+    dims = spec.split_dims()
+    d = local_devices(k)
+    return Layout(mesh=(("model", k),), devices=tuple(d), rules=tuple((n, "model") for n in dims),
+                  sizes=tuple((n, tuple([s // k] * (k - 1) + [s - (k - 1) * (s // k)])) for n, s in dims.items()))
+
+
+def _master_bytes(g):
+    by_device = {}
+    for n in g.weights:
+        v = [x for x in g.graph.get_collection(tf.GraphKeys.GLOBAL_VARIABLES) if x.name[:-2] == n][0]
+        by_device[v.device] = by_device.get(v.device, 0) + 4 * v.shape.num_elements()
+    return by_device
+
+
+def test_spread_puts_the_masters_on_every_device_with_balanced_bytes(vgg_digits):
+    layout = _layout(vgg_digits, 3)
+    g = build_train_graph(vgg_digits, layout, 8)
+    spread = _master_bytes(g)
+    assert len(spread) == 3, spread
+    total, biggest = sum(spread.values()), max(4 * v for v in _param_counts(g))
+    # greedy by bytes: no device holds more than an even share plus the largest tensor
+    assert max(spread.values()) <= total / 3 + biggest, spread
+
+
+def _param_counts(g):
+    return [int(np.prod(v.shape.as_list())) for v in g.graph.get_collection(tf.GraphKeys.GLOBAL_VARIABLES)
+            if v.name[:-2] in g.weights]
+
+
+def test_first_keeps_every_master_on_the_first_device(vgg_digits):
+    layout = _layout(vgg_digits, 3)
+    g = build_train_graph(vgg_digits, layout, 8, master_placement="first")
+    assert len(_master_bytes(g)) == 1
+
+
+def test_an_unknown_placement_is_refused_by_name(vgg_digits):
+    with pytest.raises(ValueError, match="master placement.*'ps'"):
+        build_train_graph(vgg_digits, _layout(vgg_digits, 2), 8, master_placement="ps")
+
+
+def test_spread_and_first_train_to_the_same_weights(vgg_digits, digits):
+    layout = _layout(vgg_digits, 2)
+    x, y = digits.train_x[:16], digits.train_y[:16]
+    got = []
+    for how in ("spread", "first"):
+        g = build_train_graph(vgg_digits, layout, 16, seed=3, master_placement=how)
+        with tf.Session(graph=g.graph, config=session_config(2)) as sess:
+            restore_or_init(sess, g, checkpoint_dir=None)
+            for _ in range(2):
+                sess.run(g.train_op, {g.images: x, g.labels: y})
+            sess.run(g.copy_slices_to_masters)
+            got.append(sess.run({n: v for n, v in g.weights.items()}, {g.images: x, g.labels: y}))
+    assert max(float(np.max(np.abs(got[0][k] - got[1][k]))) for k in got[0]) < 1e-6
