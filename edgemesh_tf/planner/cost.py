@@ -17,11 +17,15 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
                 device (a round trip, step_overhead_ms = measured round trip of an empty run), the device
                 fetches its input batch (a round trip + the bytes)
   step_ms     = sum_l layer_ms_l + base_ms
-  ps_sync_ms  = 2 * 8 * model_bytes / min(bw_min, ps_bw) + 2 * lat_max    (push + pull of the whole model;
-                lat_max: the group's largest link latency, the PS's own link is not profiled)
-  memory_i    = runtime + w * 4 * sum_l params_per_unit_l * s_i,l + a * b * (image + sum_l in_l
-                + sum_l act_l * s_i,l/U)   (``memory.MemoryModel``: weights and their optimizer copies,
-                inputs kept for backward, own pre-pool outputs; the coefficients fitted to measured peaks)
+  ps_sync_ms  = 2 * max(max_i 8 * model_bytes / k / bw_i, 8 * model_bytes / ps_bw) + 2 * lat_max
+                (push + pull of the whole model: each of the k devices moves the whole tensors it holds,
+                about 1/k of the model, over its own link, all of it through the PS's; lat_max: the
+                group's largest link latency, the PS's own link is not profiled)
+  memory_i    = runtime + w * 4 * sum_l params_per_unit_l * s_i,l + m * model_bytes / k
+                + a * b * (image + sum_l in_l + sum_l act_l * s_i,l/U) + 2 * model_bytes / k
+                (``memory.MemoryModel``: weights and their optimizer copies, the device's part of the
+                whole tensors, inputs kept for backward, own pre-pool outputs, a replica's anchors
+                and residuals; the coefficients fitted to measured peaks)
 
 Bytes are per example (``model_stats``); bandwidths in Mbit/s (8 * bytes / (Mbit/s * 1e3) = ms);
 latencies in ms. A replicated layer has s_i = U and no communication.
@@ -146,9 +150,10 @@ def fixed_memory_bytes(stats: ModelStats, k: int) -> int:
 
 
 def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_mbit: float = math.inf) -> float:
-    """Push + pull of the whole model through the group's slowest link (or the PS's, if slower)."""
-    bw = min(min(d.bandwidth_mbit for d in group), ps_bandwidth_mbit)
-    return 2 * transfer_ms(stats.param_bytes, bw) + 2 * max(d.latency_ms for d in group)
+    """Push + pull of the whole model: each device moves its ~1/k of the whole tensors (they are
+    spread over the group by bytes) over its own link, the whole model through the PS's link."""
+    part = max(transfer_ms(stats.param_bytes / len(group), d.bandwidth_mbit) for d in group)
+    return 2 * max(part, transfer_ms(stats.param_bytes, ps_bandwidth_mbit)) + 2 * max(d.latency_ms for d in group)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,16 +63,14 @@ def _reads_of(var, step_ops: set) -> list:
 
 
 class _Placer:
-    """mtf's variable placer interface. "first": every master variable on the layout's first device.
-    "spread": each on the device holding the fewest master bytes so far (mtf's BalancedVariablePlacer),
-    because on "first" the first device of a split holds the whole model on top of its slices (VGG-16,
-    batch 32, 4 ways: 402 MiB against 141-144 on the others; docs/DESIGN.md). Other ops created in the
-    placer's scope (initialisers, reads) go with the last variable placed."""
+    """mtf's variable placer interface: each master variable on the device of ``devices`` holding
+    the fewest master bytes so far (mtf's BalancedVariablePlacer). Spread over a layout's devices,
+    because with every master on one device the first device of a split held the whole model on
+    top of its slices (VGG-16, batch 32, 4 ways: 402 MiB against ~141 on the others; docs/DESIGN.md).
+    Other ops created in the placer's scope (initialisers, reads) go with the last variable placed."""
 
-    def __init__(self, devices, how: str):
-        if how not in MASTER_PLACEMENTS:
-            raise ValueError("master placement must be one of %s, got %r" % (MASTER_PLACEMENTS, how))
-        self.devices = list(devices) if how == "spread" else list(devices)[:1]
+    def __init__(self, devices):
+        self.devices = list(devices)
         self.loads = [0] * len(self.devices)
         self.last = self.devices[0]
 
@@ -95,9 +93,10 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
     ``m = momentum·m + g + weight_decay·w; w -= lr·m`` (PyTorch's SGD), lr fed as ``learning_rate``.
 
     Args:
-      master_device: the input placeholders and the global step; defaults to the layout's first device.
+      master_device: the input placeholders and the global step (and the masters on "first");
+        defaults to the layout's first device.
       master_placement: where whole (master) variables live: "spread" over the layout's devices by
-        bytes, or all on "first" (``master_device``).
+        bytes, or all on "first": ``master_device``.
       mesh_impl: overrides the lowering implementation (benchmarks compare mtf's stock one);
         ``layout`` then only names the master device.
       container: TF resource container of the variables: graphs that share servers at the same
@@ -112,8 +111,10 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
         tf.set_random_seed(seed)
         mtf_graph = mtf.Graph()
         master = master_device or layout.devices[0]
-        placer_devices = [master] + [d for d in layout.devices if d != master]
-        mesh = mtf.Mesh(mtf_graph, "mesh", variable_placer=_Placer(placer_devices, master_placement))
+        if master_placement not in MASTER_PLACEMENTS:
+            raise ValueError("master placement must be one of %s, got %r" % (MASTER_PLACEMENTS, master_placement))
+        placer = _Placer(layout.devices if master_placement == "spread" else [master])
+        mesh = mtf.Mesh(mtf_graph, "mesh", variable_placer=placer)
         with tf.device(master):
             images = tf.placeholder(tf.float32, [batch_size, *spec.image_shape], name="images")
             labels = tf.placeholder(tf.int32, [batch_size], name="labels")

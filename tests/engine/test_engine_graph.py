@@ -1,0 +1,41 @@
+"""A replica graph of a split group (engine/graph.py): every whole tensor's pull, anchor, residual
+and delta live with its master, the masters spread over the group's devices, and a round trip
+(pull, train, copy to the masters, dense push) moves the ps by exactly the replica's change."""
+import numpy as np
+import pytest
+
+from edgemesh_tf.engine.graph import build_replica_graph
+from edgemesh_tf.mesh.build import session_config
+from edgemesh_tf.mesh.compat import tf
+from edgemesh_tf.mesh.layout import Layout, local_devices
+
+pytestmark = [pytest.mark.slow]
+
+
+def test_a_split_replica_keeps_each_tensor_with_its_master_and_pushes_its_change(vgg_digits, digits):
+    d = local_devices(3)
+    dims = vgg_digits.split_dims()
+    layout = Layout(mesh=(("model", 2),), devices=tuple(d[:2]), rules=tuple((n, "model") for n in dims),
+                    sizes=tuple((n, (s - s // 3, s // 3)) for n, s in dims.items()))
+    g = build_replica_graph(vgg_digits, layout, 16, ["g0"], ps_device=d[2], learning_rate=0.05, momentum=0.9,
+                            seed=1, group="g0")
+    assert len({v.device for v in g.masters.values()}) == 2
+    anchors = {v.name[len("anchor/"):-2]: v for v in g.train.graph.get_collection(tf.GraphKeys.LOCAL_VARIABLES)
+               if v.name.startswith("anchor/")}
+    assert set(anchors) == set(g.masters)
+    assert all(anchors[n].device == g.masters[n].device for n in g.masters)
+    x, y = digits.train_x[:16], digits.train_y[:16]
+    with tf.Session(graph=g.train.graph, config=session_config(3)) as sess:
+        sess.run([g.train.init_op, g.local_init])
+        g.ps.initialize(sess, sess.run({n: v.read_value() for n, v in g.masters.items()}))
+        sess.run(g.pull)
+        sess.run(g.train.copy_masters_to_slices)
+        before = sess.run({n: v.read_value() for n, v in g.ps.vars.items()})
+        for _ in range(2):
+            sess.run(g.train.train_op, {g.train.images: x, g.train.labels: y})
+        sess.run(g.train.copy_slices_to_masters)
+        trained = sess.run({n: v.read_value() for n, v in g.masters.items()})
+        sess.run(g.push_dense, {g.scale: 1.0})
+        after = sess.run({n: v.read_value() for n, v in g.ps.vars.items()})
+    assert max(float(np.max(np.abs(after[n] - trained[n]))) for n in g.masters) < 1e-6
+    assert max(float(np.max(np.abs(after[n] - before[n]))) for n in g.masters) > 1e-4  # it trained
