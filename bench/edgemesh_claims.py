@@ -233,6 +233,11 @@ def main():
             median_step_ms=[round(statistics.median(t), 1) for t in runners[m].own],
             examples_per_step=runners[m].batches, ms_per_example=round(runners[m].ms_per_example(), 3),
             steps=len(times[m]))
+    for m in ("filter_split", "hybrid"):  # the planner's step prediction against the step measured here
+        if m in timed:
+            for grp, measured in zip(out[f"{m}_plan"]["groups"], out["modes"][m]["median_step_ms"]):
+                grp["measured_step_ms"] = measured
+                grp["predicted_over_measured"] = round(grp["predicted_step_ms"] / measured, 3)
     if "hybrid" not in timed:
         out["errors"].append("hybrid: the planned grid ran out of memory: %s" % out["modes"]["hybrid"]["out_of_memory"])
     out["checks"] = claims(out)

@@ -34,7 +34,10 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
         p = res.get(f"{m}_plan") or {}
         text.append(f"- `{m}` plan ({p.get('kind')}): " + "; ".join(
             "[" + ", ".join(g["devices"]) + "] " + (", ".join(f"{k} {v}" for k, v in g["sizes"].items())
-                                                    or "(whole model)") for g in p.get("groups", [])))
+                                                    or "(whole model)")
+            + (f" — step predicted {fmt(g['predicted_step_ms'], 0)} ms, measured {fmt(g['measured_step_ms'], 0)} ms "
+               f"({fmt(g['predicted_over_measured'], 2)}×)" if "measured_step_ms" in g else "")
+            for g in p.get("groups", [])))
     text.append("")
     checks = res.get("checks", {})
     if checks:

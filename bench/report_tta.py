@@ -308,3 +308,28 @@ def tta_variants_section(rec, out_dir) -> tuple[str, list[str]]:
     text += variants_table(res)
     text.append(f"Wall time: {fmt(res.get('wall_s'), 0)} s.\n")
     return "\n".join(text), []
+
+
+def tta_bsp_section(rec, out_dir) -> tuple[str, list[str]]:
+    """`make bench-bsp`: ASHL against BSP with a budget long enough to tell "ASHL <= 0.5x BSP"."""
+    res = result(rec)
+    text = ["## Time to accuracy: ASHL against BSP with a longer budget\n", _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    text.append(f"Run by `make bench-bsp`: the same task and stopping rule as above, a budget of {res.get('budget_s')} s "
+                "(BSP commits every iteration and waits for edge3's 10 Mbit/s link each time).\n")
+    het = res.get("heterogeneous") or {}
+    rows = [[LABELS.get(n, n), _median_time(s), _ci(s.get("time_to_target_ci95"), 2), s.get("reached", "—"),
+             fmt(s.get("final_accuracy"), 4)] for n, s in het.get("strategies", {}).items()]
+    if rows:
+        text.append(table(["Strategy", "Median time to target", "95% CI", "Reached", "Final accuracy"], rows) + "\n")
+    if res.get("ashl_over_bsp") is not None:
+        text.append(f"ASHL ÷ BSP: **{fmt(res['ashl_over_bsp'], 3)}**, 95% CI {_ci(res.get('ashl_over_bsp_ci95'), 3)}, "
+                    f"p = {fmt(res.get('ashl_over_bsp_p'), 3)} (BSP's unreached runs count as the budget: an upper "
+                    "bound of the ratio).\n")
+    for name, c in (res.get("checks") or {}).items():
+        if "bsp" in name:
+            text.append(f"- `{name}`: {_compact(c.get('value'))} (threshold {c.get('threshold')}): "
+                        + ("pass" if c.get("pass") else "undecided" if c.get("pass") is None else "**not met**"))
+    text.append(f"\nWall time: {fmt(res.get('wall_s'), 0)} s.\n")
+    return "\n".join(text), []

@@ -153,3 +153,17 @@ def test_variant_table_not_run_is_said_and_its_record_is_shown(tmp_path):
     variants = _rec("time_to_accuracy")["result"]["variants"]["variants"]
     assert variants and all(f"`{v}`" in section for v in variants)
     assert "| ASHL" in section  # the strategy as published it is measured against
+
+
+def test_the_long_bsp_run_is_its_own_target_and_its_ratio_is_shown(tmp_path):
+    assert "tta_bsp" not in [b.name for b in suite.selected([])]
+    bsp = {b.name: b for b in suite.BENCHES}["tta_bsp"]
+    assert float(bsp.full[bsp.full.index("--budget_s") + 1]) >= 2 * 64  # over twice ASHL's median time
+    shutil.copytree(RECORDED, tmp_path / "rec")
+    text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
+    assert "| tta_bsp | not run |" in text
+    shutil.copy(tmp_path / "rec" / "time_to_accuracy.json", tmp_path / "rec" / "tta_bsp.json")
+    text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
+    section = text.split("## Time to accuracy: ASHL against BSP with a longer budget")[1].split("\n## ")[0]
+    res = _rec("time_to_accuracy")["result"]
+    assert report.fmt(res["ashl_over_bsp"], 3) in section and "ashl_over_bsp_le_0.5" in section
