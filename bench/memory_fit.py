@@ -42,13 +42,17 @@ def even_layout(spec, devices):
                   sizes=tuple(shares.items())), shares
 
 
-def measure(spec, batch: int, ways: int, steps: int) -> list[tuple[list[int], int]]:
-    """[(units held per dim, peak bytes)] of each device training `spec` split evenly over `ways`."""
+def measure(spec, batch: int, ways: int, steps: int) -> tuple[list[tuple[list[int], int]], int]:
+    """([(units held per dim, peak bytes)] of each device training `spec` split evenly over `ways`,
+    peak bytes of the server hosting the session). The session is hosted apart (a "chief" server,
+    which also holds the input placeholders), as the benchmarks do: a session's master costs its
+    host 50-130 MiB (the graph, its optimisation and partitions), which would hide the devices' own."""
     from edgemesh_tf.profile.step_timer import measure_memory
-    ports = free_ports(ways + 1)
+    ports = free_ports(ways + 2)
     cluster = parse_cluster({"name": "memfit%d" % ways, "devices": [
-        {"name": "w%d" % i, "role": "worker", "host": "127.0.0.1", "port": p} for i, p in enumerate(ports[:-1])]
-        + [{"name": "ps0", "role": "ps", "host": "127.0.0.1", "port": ports[-1]}]})
+        {"name": "w%d" % i, "role": "worker", "host": "127.0.0.1", "port": p} for i, p in enumerate(ports[:ways])]
+        + [{"name": "ps0", "role": "ps", "host": "127.0.0.1", "port": ports[ways]},
+           {"name": "chief", "role": "chief", "host": "127.0.0.1", "port": ports[ways + 1]}]})
     names = [d.name for d in cluster.workers]
     stats = model_stats(spec, batch)
     with emulated_cluster(cluster, network="userspace", compute="off", memory="off") as em:
@@ -57,17 +61,18 @@ def measure(spec, batch: int, ways: int, steps: int) -> list[tuple[list[int], in
             layout, shares = single_device_layout(devices[0]), {}
         else:
             layout, shares = even_layout(spec, devices)
-        m = measure_memory(spec, layout, batch, em.session_target, devices[0], {n: em.devices[n].pid for n in names},
-                           names, steps=steps)
-    return [([shares[d.name][i] if d.name in shares else d.units for d in stats.dims], m.peak_bytes[n])
-            for i, n in enumerate(names)]
+        m = measure_memory(spec, layout, batch, em.session_target, em.device("chief"),
+                           {n: em.devices[n].pid for n in names + ["chief"]}, names + ["chief"], steps=steps)
+    return ([([shares[d.name][i] if d.name in shares else d.units for d in stats.dims], m.peak_bytes[n])
+             for i, n in enumerate(names)], m.peak_bytes["chief"])
 
 
-def report(points, models) -> dict:
+def report(points, models, sessions=()) -> dict:
     """The fit, every point's predictions, and the leave-one-model-out errors (pure). points: [(model,
-    ModelStats, units held per dim, peak bytes, ways, device index)]."""
+    ModelStats, units held per dim, peak bytes, ways, device index)]; sessions: [(model, ModelStats,
+    ways, peak bytes of the session's host)]."""
     fit_points = lambda pts: [(s, h, w, p) for _, s, h, p, w, _ in pts]
-    fitted = memory.fit(fit_points(points), source="bench/memory_fit.py")
+    fitted = memory.fit(fit_points(points), [(s, w, p) for _, s, w, p in sessions], source="bench/memory_fit.py")
     mib = lambda mm, s, h, w: round(mm.device_bytes(s, h, w) / 2 ** 20, 1)
     rows = [{"model": m, "batch": s.batch, "ways": w, "device": i, "measured_mib": round(p / 2 ** 20, 1),
              "fitted_mib": mib(fitted, s, h, w), "counted_mib": mib(memory.COUNTED, s, h, w)}
@@ -80,9 +85,15 @@ def report(points, models) -> dict:
         rest = fit_points([pt for pt in points if pt[0] != m])
         mine = fit_points([pt for pt in points if pt[0] == m])
         if len(rest) >= 4 and mine:
-            held_out[m] = worst(memory.fit(rest), mine)
+            held_out[m] = worst(memory.fit(rest, ()), mine)
     out["left_out_model_max_abs_rel_error"] = held_out
     out["within_15pct"] = out["fitted_max_abs_rel_error"] <= 0.15
+    if sessions:
+        out["session_hosts"] = [{"model": m, "batch": s.batch, "ways": w, "measured_mib": round(p / 2 ** 20, 1),
+                                 "fitted_mib": round(fitted.session_host_bytes(s, w) / 2 ** 20, 1)}
+                                for m, s, w, p in sessions]
+        out["session_max_abs_rel_error"] = round(max(abs(fitted.session_host_bytes(s, w) / p - 1)
+                                                     for _, s, w, p in sessions), 3)
     return out
 
 
@@ -97,17 +108,18 @@ def main():
     args = ap.parse_args()
     t0 = time.time()
     models = [m for m in args.models.split(",") if m]
-    points = []
+    points, sessions = [], []
     for m in models:
         spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
         for b in [int(x) for x in args.batches.split(",") if x]:
             stats = model_stats(spec, b)
             for w in [int(x) for x in args.ways.split(",") if x]:
-                for i, (held, peak) in enumerate(measure(spec, b, w, args.steps)):
-                    points.append((m, stats, held, peak, w, i))
-                print(f"[memory_fit] {m} batch {b} on {w}: {[round(pt[3] / 2 ** 20) for pt in points[-w:]]} MiB",
-                      file=sys.stderr, flush=True)
-    out = {"dataset": args.dataset, "steps": args.steps, **report(points, models),
+                devices, session = measure(spec, b, w, args.steps)
+                points += [(m, stats, held, peak, w, i) for i, (held, peak) in enumerate(devices)]
+                sessions.append((m, stats, w, session))
+                print(f"[memory_fit] {m} batch {b} on {w}: {[round(pt[3] / 2 ** 20) for pt in points[-w:]]} MiB, "
+                      f"session host {session / 2 ** 20:.0f} MiB", file=sys.stderr, flush=True)
+    out = {"dataset": args.dataset, "steps": args.steps, **report(points, models, sessions),
            "seconds": round(time.time() - t0, 1),
            "command": " ".join(["python", "bench/memory_fit.py", *sys.argv[1:]])}
     if args.write:

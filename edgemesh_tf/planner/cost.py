@@ -142,11 +142,12 @@ def base_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
                for d in group)
 
 
-def fixed_memory_bytes(stats: ModelStats, k: int) -> int:
-    """Bytes every device of a ``k``-device group holds whatever the shares: the runtime, the (gathered)
+def fixed_memory_bytes(stats: ModelStats, k: int) -> list[int]:
+    """Bytes each device of a ``k``-device group holds whatever the shares: the runtime, the (gathered)
     inputs of all layers and its part of the whole tensors, an engine replica's anchors and residuals
-    included (plans are for the engine)."""
-    return MEMORY.fixed_bytes(stats, k, replica=True)
+    included (plans are for the engine); the first device also hosts the group's session."""
+    fixed = MEMORY.fixed_bytes(stats, k, replica=True)
+    return [fixed + MEMORY.session_host_bytes(stats, k)] + [fixed] * (k - 1)
 
 
 def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_mbit: float = math.inf) -> float:
@@ -212,7 +213,7 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
         raise ValueError("assignment names unknown dim(s) %s; the model's dims are %s"
                          % (sorted(unknown), [d.name for d in stats.dims]))
     k = len(group)
-    compute, comm, memory = [0.0] * k, [0.0] * k, [fixed_memory_bytes(stats, k)] * k
+    compute, comm, memory = [0.0] * k, [0.0] * k, fixed_memory_bytes(stats, k)
     layers, coeffs = [], []
     for dim in stats.dims:
         shares = assignment.get(dim.name)

@@ -314,8 +314,8 @@ def _pack_memory(group, stats, coeffs, quanta) -> list[Shares]:
 
 def _check_memory_floor(group, stats, coeffs, quanta) -> None:
     """PlanError if a device is over budget even holding one quantum of every splittable layer."""
-    for i, d in enumerate(group):
-        floor = fixed_memory_bytes(stats, len(group)) + sum(co.mem_per_unit * (q or co.units) for co, q in zip(coeffs, quanta))
+    for d, fixed in zip(group, fixed_memory_bytes(stats, len(group))):
+        floor = fixed + sum(co.mem_per_unit * (q or co.units) for co, q in zip(coeffs, quanta))
         if floor > d.memory_bytes:
             raise PlanError("device %s: needs at least %d bytes (the fewest filters it can hold in a group of %d) but "
                             "its memory_bytes budget is %d: %d bytes missing"

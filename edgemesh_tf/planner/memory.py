@@ -5,6 +5,7 @@
              + master_factor     * P / k                       (k > 1 devices in the group)
              + activation_factor * b * (image + sum_l in_l + sum_l act_l * s_i,l / U_l)
              + 2 * P / k                                        (a replica of the engine only)
+             + session_bytes + session_factor * P + session_per_device * k   (the host of the group's session)
 
 s_i,l: units of dim l device i holds (U_l when replicated); b: examples per step; in_l: a layer's
 gathered input, kept for the backward pass on every device; act_l: its output before pooling (the
@@ -15,6 +16,11 @@ ReLU output kept for backward). The factors stand for what the plain count misse
   k devices by bytes (train/graph.py; 2 if nothing else). A one-device group's slices are its masters.
   An engine replica (engine/graph.py) also keeps an anchor and a residual of every whole tensor with
   its master: 2 * P / k more, counted exactly (`replica=True`).
+- session_bytes, session_factor, session_per_device: the TF master of a session (the graph, its
+  optimisation, a partition per device) costs the server it runs on 20-180 MiB, growing with the
+  model and the devices (measured: about P + 20 MiB per device). The engine's group
+  process opens its session on the group's first device; the benchmarks open theirs on a chief.
+  Fitted apart, to the peaks of a session host that runs no op of the model.
 - activation_factor: the activations, their gradients and the convolutions' scratch (1 if nothing else);
 - runtime_bytes: the executor, its kernels and allocator arenas once a graph runs.
 
@@ -45,6 +51,13 @@ class MemoryModel:
     master_factor: float
     activation_factor: float
     source: str = ""
+    session_bytes: float = 0.0
+    session_factor: float = 0.0
+    session_per_device: float = 0.0
+
+    def session_host_bytes(self, stats: ModelStats, k: int = 1) -> int:
+        """Bytes the server hosting the session of a training step of the model on `k` devices adds."""
+        return int(self.session_bytes + self.session_factor * stats.param_bytes + self.session_per_device * k)
 
     def fixed_bytes(self, stats: ModelStats, k: int = 1, replica: bool = False) -> int:
         """Bytes a device of a `k`-device group holds whatever its shares: the runtime, every layer's
@@ -92,28 +105,36 @@ def features(stats: ModelStats, held: Sequence[int], k: int = 1) -> tuple[float,
     return 1.0, float(weights), float(masters), float(acts)
 
 
-def fit(points: Sequence[tuple[ModelStats, Sequence[int], int, float]], source: str = "") -> MemoryModel:
+def fit(points: Sequence[tuple[ModelStats, Sequence[int], int, float]],
+        sessions: Sequence[tuple[ModelStats, int, float]] = (), source: str = "") -> MemoryModel:
     """Least-squares coefficients (each >= 0) of measured peaks: points of (stats, units held per
-    dim, devices in the group, measured peak bytes). The error minimised is relative (each point weighted by 1/peak), so
-    small devices count as much as large ones."""
-    import numpy as np
-
+    dim, devices in the group, measured peak bytes); sessions: (stats, devices in the group, peak
+    bytes of the session's host), fitted apart (none: no session term). The error minimised is relative (each point
+    weighted by 1/peak), so small devices count as much as large ones."""
     if len(points) < 4:
         raise ValueError("fitting the memory model needs at least 4 measured points, got %d" % len(points))
-    x = np.array([features(s, h, k) for s, h, k, _ in points])
-    y = np.array([p for *_, p in points], dtype=float)
+    coef = _nnls_relative([features(s, h, k) for s, h, k, _ in points], [p for *_, p in points])
+    session = _nnls_relative([(1.0, float(s.param_bytes), float(k)) for s, k, _ in sessions],
+                             [p for *_, p in sessions]) if sessions else (0.0, 0.0, 0.0)
+    return MemoryModel(*(float(c) for c in coef), source, *(float(c) for c in session))
+
+
+def _nnls_relative(rows, peaks) -> list[float]:
+    """Non-negative least squares of peaks ~ rows . coef, each point weighted by 1 / its peak."""
+    import numpy as np
+
+    x, y = np.array(rows, dtype=float), np.array(peaks, dtype=float)
     if (y <= 0).any():
         raise ValueError("measured peaks must be > 0 bytes, got %s" % sorted(y)[:3])
     w = 1.0 / y
-    active = [0, 1, 2, 3]
-    while True:  # non-negative least squares by dropping a negative coefficient and solving again
-        coef = np.zeros(4)
+    active = list(range(x.shape[1]))
+    while True:  # drop a negative coefficient and solve again
+        coef = np.zeros(x.shape[1])
         sol = np.linalg.lstsq(x[:, active] * w[:, None], y * w, rcond=None)[0]
         coef[active] = sol
         if (coef >= 0).all():
-            break
+            return list(coef)
         active.remove(active[int(np.argmin(sol))])
-    return MemoryModel(*(float(c) for c in coef), source)
 
 
 def load(path: str = FIT_PATH) -> MemoryModel:
@@ -124,7 +145,9 @@ def load(path: str = FIT_PATH) -> MemoryModel:
         try:
             raw = json.load(f)["model"]
             return MemoryModel(float(raw["runtime_bytes"]), float(raw["weight_factor"]), float(raw["master_factor"]),
-                               float(raw["activation_factor"]), str(raw.get("source", path)))
+                               float(raw["activation_factor"]), str(raw.get("source", path)),
+                               float(raw.get("session_bytes", 0.0)), float(raw.get("session_factor", 0.0)),
+                               float(raw.get("session_per_device", 0.0)))
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError("%s: expected {\"model\": {\"runtime_bytes\", \"weight_factor\", \"master_factor\", "
                              "\"activation_factor\"}} (bench/memory_fit.py --write), got an error: %s" % (path, e))

@@ -37,7 +37,7 @@ EXACT_MAX = 2000  # divisions: at most this many, try them all
 def memory_bytes(stats: ModelStats, coeffs: Sequence[LayerCoeffs], shares: Sequence[Shares], k: int) -> list[int]:
     """Predicted bytes per device of a division (``cost``'s memory formula)."""
     held = [s or (co.units,) * k for s, co in zip(shares, coeffs)]
-    return [fixed_memory_bytes(stats, k) + sum(co.mem_per_unit * h[i] for co, h in zip(coeffs, held)) for i in range(k)]
+    return [f + sum(co.mem_per_unit * h[i] for co, h in zip(coeffs, held)) for i, f in enumerate(fixed_memory_bytes(stats, k))]
 
 
 class _Search:

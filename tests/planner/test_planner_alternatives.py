@@ -119,7 +119,7 @@ def _instance(seed, k, n_layers, tight):
                     lat=rng.uniform(0, 3), overhead=rng.uniform(0, 2), task=i) for i in range(k)]
     if tight:  # two devices get a budget between their least possible memory and their unconstrained need
         free = divide(group, stats).prediction.memory_bytes
-        floor = fixed_memory_bytes(stats, k) + sum(layer_coeffs(group, d, 8, 8).mem_per_unit for d in stats.dims)
+        floor = max(fixed_memory_bytes(stats, k)) + sum(layer_coeffs(group, d, 8, 8).mem_per_unit for d in stats.dims)
         for i in rng.sample(range(k), 2):
             group[i] = dataclasses.replace(group[i], memory_bytes=int(floor + (free[i] - floor) * rng.uniform(0.3, 0.9)))
     return group, stats

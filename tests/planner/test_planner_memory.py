@@ -74,7 +74,8 @@ def test_load_the_shipped_fit_or_say_what_is_wrong(tmp_path):
 
 def test_the_planner_predicts_with_the_fitted_model():
     stats = model_stats(get_model("vgg", (32, 32, 3), 10), 8)
-    assert cost.fixed_memory_bytes(stats, 3) == cost.MEMORY.fixed_bytes(stats, 3, replica=True)
+    fixed = cost.MEMORY.fixed_bytes(stats, 3, replica=True)
+    assert cost.fixed_memory_bytes(stats, 3) == [fixed + cost.MEMORY.session_host_bytes(stats, 3), fixed, fixed]
     assert cost.MEMORY == memory.FITTED
 
 
@@ -111,3 +112,15 @@ def test_vgg16_on_pi_boards_needs_the_filter_split(commit_interval):
     by_name = {d.name: d for d in devs}
     for g in result.groups:
         assert all(m <= by_name[n].memory_bytes for m, n in zip(g.prediction.memory_bytes, g.names))
+
+
+def test_the_session_host_is_fitted_apart_and_charged_to_a_groups_first_device():
+    true = memory.MemoryModel(50 * 2 ** 20, 4.5, 2.5, 2.0, "known", 40 * 2 ** 20, 1.5, 20 * 2 ** 20)
+    sessions = []
+    for name in ("vgg", "vgg_wide", "vgg16"):
+        stats = model_stats(get_model(name, (32, 32, 3), 10), 8)
+        sessions += [(stats, k, true.session_host_bytes(stats, k)) for k in (1, 2, 4)]
+    got = memory.fit(_points(true), sessions)
+    assert got.session_bytes == pytest.approx(40 * 2 ** 20, rel=1e-3) and got.session_factor == pytest.approx(1.5, rel=1e-3)
+    assert got.session_per_device == pytest.approx(20 * 2 ** 20, rel=1e-3)
+    assert memory.fit(_points(true)).session_host_bytes(sessions[0][0]) == 0  # no sessions measured: no term
