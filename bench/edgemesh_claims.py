@@ -122,23 +122,59 @@ def peak_memory(cluster, spec, mode, plans, batch, dp_shares, steps=2) -> dict:
         for n in used:
             reset_peak(pids[n])
             before[n] = read_vm_kb(pids[n], "VmRSS")
-        runner = None
-        try:
-            runner = ModeRunner(spec, layouts, em.session_target, cluster.master.device_string, mode)
+        runners = []
+
+        def run():
+            runners.append(ModeRunner(spec, layouts, em.session_target, cluster.master.device_string, mode))
             for _ in range(steps):
-                runner.step_ms()
-        except (tf.errors.OpError, concurrent.futures.TimeoutError) as e:
-            time.sleep(1.0)  # the kernel's OOM kill has been seen by the client; let the process be reaped
-            try:
-                em.check()
-            except RuntimeError as dead:
-                return {"out_of_memory": str(dead), "devices": used}
-            raise RuntimeError("mode %s failed without a device dying: %s" % (mode, e)) from e
+                runners[0].step_ms()
+
+        try:
+            _watched(run, em.check, MODE_TIMEOUT_S, "mode %s" % mode)
+        except DeviceDied as dead:
+            return {"out_of_memory": str(dead), "devices": used}
         finally:
-            if runner is not None:
-                runner.close()
+            if runners:
+                runners[0].close()
         return {"peak_bytes": {n: max(0, read_vm_kb(pids[n], "VmHWM") - before[n]) * 1024 for n in used},
                 "devices": used}
+
+
+MODE_TIMEOUT_S = 900.0  # set-up and steps of one mode in the memory phase (VGG-16 on a 0.15-core device: ~3 s a step)
+
+
+class DeviceDied(RuntimeError):
+    """A device's server exited while a mode ran (past its memory budget, the kernel killed it)."""
+
+
+def _watched(fn, check, timeout_s: float, what: str, poll_s: float = 0.5):
+    """Runs fn() in a thread; raises DeviceDied as soon as check() reports a dead server (a session
+    waits on a dead server's RPCs for minutes), TimeoutError after timeout_s naming `what`."""
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    future = pool.submit(fn)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                return future.result(timeout=poll_s)
+            except concurrent.futures.TimeoutError:
+                pass
+            except tf.errors.OpError:
+                time.sleep(1.0)  # the OOM kill may reach the client first; let the process be reaped
+                _raise_if_dead(check)
+                raise
+            _raise_if_dead(check)
+            if time.monotonic() > deadline:
+                raise TimeoutError("%s: no result after %.0f s and no device died" % (what, timeout_s))
+    finally:
+        pool.shutdown(wait=False)  # a run stuck on a dead server ends when the testbed is torn down
+
+
+def _raise_if_dead(check):
+    try:
+        check()
+    except RuntimeError as e:
+        raise DeviceDied(str(e)) from None
 
 
 def split_dims(p) -> list[str]:
