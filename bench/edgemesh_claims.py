@@ -131,11 +131,9 @@ def peak_memory(cluster, spec, mode, plans, batch, dp_shares, steps=2) -> dict:
 
         try:
             _watched(run, em.check, MODE_TIMEOUT_S, "mode %s" % mode)
-        except DeviceDied as dead:
+        except DeviceDied as dead:  # the runner is left to the teardown: closing it waits on the dead server
             return {"out_of_memory": str(dead), "devices": used}
-        finally:
-            if runners:
-                runners[0].close()
+        runners[0].close()
         return {"peak_bytes": {n: max(0, read_vm_kb(pids[n], "VmHWM") - before[n]) * 1024 for n in used},
                 "devices": used}
 
