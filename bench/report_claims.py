@@ -46,6 +46,12 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
                           [[k, fmt(c["value"], 3), ("≤ " if k.startswith("hybrid_max_peak") else "≥ ")
                             + str(c["threshold"]), "pass" if c["pass"] else "**not met**"]
                            for k, c in checks.items()]) + "\n")
+    alone = [m.split(":", 1)[1] for m, d in modes.items() if m.startswith("alone:") and d.get("ms_per_example")]
+    oom = [m.split(":", 1)[1] for m, d in modes.items() if m.startswith("alone:") and d.get("out_of_memory")]
+    if checks and oom:
+        text.append(f"The mean, the fastest and the sum of the devices alone are over those that hold the model "
+                    f"alone ({', '.join(alone)}); {', '.join(oom)} ran out of memory alone and count in no "
+                    "denominator, though the plan may use them.\n")
     for e in res.get("errors", []):
         text.append(f"**Error**: {e}\n")
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
