@@ -12,7 +12,8 @@ Modes, each updating the model with --batch examples per step:
                   batch split in proportion to their measured speed alone (its strongest version)
   filter_split    the planner's one-group plan; the benchmark fails if it splits no dim
   hybrid          the planner's grid: groups step concurrently, each on its own batch; their
-                  parameter-server commits are not timed here (bench/time_to_accuracy.py times them)
+                  parameter-server commits are not timed here (bench/time_to_accuracy.py times them).
+                  When the grid is the one-group plan itself, it is measured once (for both).
 Delay is ms per example: step time / batch; for the hybrid 1 / sum over groups of (batch / its
 median step while all groups step). Memory first, each mode on a fresh testbed with the devices'
 memory limits enforced (cgroup v1; a device past its budget is OOM-killed and named): peak resident
@@ -244,7 +245,11 @@ def main():
         shares = proportional(args.batch, [speed[n] for n in dp])
         dp = dict(zip(dp, shares))
         out["data_parallel_shares"] = dp
-    modes = alone + (["data_parallel"] if dp else []) + (["filter_split"] if not out["errors"] else []) + ["hybrid"]
+    # the grid may choose the one-group plan itself: it is then measured once, as the hybrid
+    same_plan = out["filter_split_plan"]["groups"] == out["hybrid_plan"]["groups"]
+    out["filter_split_is_the_hybrid_plan"] = same_plan
+    modes = alone + (["data_parallel"] if dp else []) + (["filter_split"] if not out["errors"] and not same_plan
+                                                          else []) + ["hybrid"]
     for mode in modes[len(alone):] if args.memory else ():
         out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, dp)
     for mode, rec in out["modes"].items():
@@ -267,6 +272,9 @@ def main():
             median_step_ms=[round(statistics.median(t), 1) for t in runners[m].own],
             examples_per_step=runners[m].batches, ms_per_example=round(runners[m].ms_per_example(), 3),
             steps=len(times[m]))
+    if same_plan and not out["errors"] and "hybrid" in timed:
+        out["modes"]["filter_split"] = {**out["modes"]["hybrid"], "same_plan_as": "hybrid"}
+        timed.append("filter_split")
     for m in ("filter_split", "hybrid"):  # the planner's step prediction against the step measured here
         if m in timed:
             for grp, measured in zip(out[f"{m}_plan"]["groups"], out["modes"][m]["median_step_ms"]):

@@ -30,6 +30,8 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
     if res.get("data_parallel_shares"):
         text.append("- `data_parallel`: examples per device " + ", ".join(
             f"{n} {b}" for n, b in res["data_parallel_shares"].items()) + " (in proportion to their speed alone)")
+    if res.get("filter_split_is_the_hybrid_plan"):
+        text.append("- The grid chose the one-group plan: `filter_split` and `hybrid` are the same plan, measured once.")
     for m in ("filter_split", "hybrid"):
         p = res.get(f"{m}_plan") or {}
         text.append(f"- `{m}` plan ({p.get('kind')}): " + "; ".join(
