@@ -157,10 +157,10 @@ def _changed_only(base_cfg, cfg, allowed):
 def test_every_flag_of_run_reaches_the_main_job_and_its_job_config(tmp_path):
     walk = _run_walk("run", tmp_path)
     base = walk["baseline"]["result"]
-    # the defaults of `make run`: edge4, vgg on digits, ASHL, 97% or 240 s, evaluations every second
-    assert base["job"] == {"cluster": "layouts/edge4.yaml", "batch": 32, "emulate": True}
+    # the defaults of `make run`: pi4, vgg_wide on digits, ASHL, 97% or 240 s, evaluations every second
+    assert base["job"] == {"cluster": "layouts/pi4.yaml", "batch": 32, "emulate": True}
     cfg0 = base["cfg"]
-    assert (cfg0["model"], cfg0["dataset"], cfg0["sync"]["strategy"]) == ("vgg", "digits", "ashl")
+    assert (cfg0["model"], cfg0["dataset"], cfg0["sync"]["strategy"]) == ("vgg_wide", "digits", "ashl")
     assert (cfg0["target_accuracy"], cfg0["time_budget_s"], cfg0["eval_interval_s"]) == (0.97, 240.0, 1.0)
     assert cfg0["logdir"].startswith("runs/run-")
     # every flag of `edgemesh run` is a field of MainJob, JobSettings or SyncConfig (no hand-written flag)

@@ -22,6 +22,7 @@ DEVICES = ("edge0", "edge1", "edge2", "edge3")
 def main_run(tmp_path_factory):
     logdir = str(tmp_path_factory.mktemp("main") / "run")
     out = subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", "run", "--logdir", logdir,
+                          "--cluster", "layouts/edge4.yaml", "--model", "vgg",
                           "--time_budget_s", "40", "--target_accuracy", "0.97", "--shl_loss", "0.5",
                           "--eval_interval_s", "0.5"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
