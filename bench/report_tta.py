@@ -300,14 +300,19 @@ def tta_variants_section(rec, out_dir) -> tuple[str, list[str]]:
                 f"`{res.get('dataset')}` to {res['target_accuracy']:.0%}, the same task, stopping rule and budget as "
                 "above, in a run of its own.\n")
     het = res.get("heterogeneous") or {}
-    rows = [[LABELS.get(n, n), _median_time(s), _ci(s.get("time_to_target_ci95"), 2), s.get("reached", "—"),
-             fmt(s.get("final_accuracy"), 4)] for n, s in het.get("strategies", {}).items()]
+    rows = _strategy_rows(het)
     if rows:
         text.append(table(["As published", "Median time to target", "95% CI", "Reached", "Final accuracy"], rows)
                     + "\n")
     text += variants_table(res)
     text.append(f"Wall time: {fmt(res.get('wall_s'), 0)} s.\n")
     return "\n".join(text), []
+
+
+def _strategy_rows(het) -> list[list]:
+    """[label, median time, CI, reached, final accuracy] of each strategy of a cluster's record."""
+    return [[LABELS.get(n, n), _median_time(s), _ci(s.get("time_to_target_ci95"), 2), s.get("reached", "—"),
+             fmt(s.get("final_accuracy"), 4)] for n, s in het.get("strategies", {}).items()]
 
 
 def tta_bsp_section(rec, out_dir) -> tuple[str, list[str]]:
@@ -319,8 +324,7 @@ def tta_bsp_section(rec, out_dir) -> tuple[str, list[str]]:
     text.append(f"Run by `make bench-bsp`: the same task and stopping rule as above, a budget of {res.get('budget_s')} s "
                 "(BSP commits every iteration and waits for edge3's 10 Mbit/s link each time).\n")
     het = res.get("heterogeneous") or {}
-    rows = [[LABELS.get(n, n), _median_time(s), _ci(s.get("time_to_target_ci95"), 2), s.get("reached", "—"),
-             fmt(s.get("final_accuracy"), 4)] for n, s in het.get("strategies", {}).items()]
+    rows = _strategy_rows(het)
     if rows:
         text.append(table(["Strategy", "Median time to target", "95% CI", "Reached", "Final accuracy"], rows) + "\n")
     if res.get("ashl_over_bsp") is not None:

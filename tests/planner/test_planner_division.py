@@ -26,7 +26,10 @@ def _missing(err):
 def test_tight_memory_moves_filters_off_the_small_device():
     free = divide([_dev("big", task=0, bw=1e4, lat=0), _dev("small", task=1, bw=1e4, lat=0)], STATS)
     assert all(_shares(free)[n] == (d // 2, d // 2) for n, d in zip(SPLIT, (32, 64, 128)))
-    budget = int(free.prediction.memory_bytes[1] * 0.8)
+    with pytest.raises(PlanError) as e:
+        divide([_dev("big", task=0, bw=1e4, lat=0), _dev("small", task=1, bw=1e4, lat=0, mem=1)], STATS)
+    floor = 1 + _missing(e.value)  # the fixed bytes (runtime, inputs, masters) dominate a small model
+    budget = (floor + free.prediction.memory_bytes[1]) // 2
     tight = divide([_dev("big", task=0, bw=1e4, lat=0), _dev("small", task=1, bw=1e4, lat=0, mem=budget)], STATS)
     assert tight.prediction.memory_bytes[1] <= budget
     moved = [_shares(tight)[n] for n in SPLIT]
@@ -43,8 +46,9 @@ def test_impossible_budget_names_device_and_missing_bytes():
         divide([big, _dev("small", task=1, mem=floor - 1000)], STATS)
     fits = divide([big, _dev("small", task=1, mem=floor)], STATS)
     assert fits.prediction.memory_bytes[1] <= floor
-    # Both devices tight: each could hold its minimum, but not both the rest of the filters.
-    with pytest.raises(PlanError, match=r"device (a|b): the plan needs \d+ bytes .*: \d+ bytes missing"):
+    # Both devices tight: each could hold its minimum, but not both the rest of the filters (the first
+    # device, which also hosts the group's session, may already miss its minimum)
+    with pytest.raises(PlanError, match=r"device (a|b): .* \d+ bytes .*: \d+ bytes missing"):
         divide([_dev("a", task=0, mem=floor + 1000), _dev("b", task=1, mem=floor + 1000)], STATS)
 
 

@@ -19,7 +19,7 @@ VGG = get_model("vgg", (8, 8, 1), 10)
 
 def _profile(bw=1000, lat=0.5):
     stats = model_stats(VGG, 32)
-    return profile(VGG, [flops_device("edge%d" % i, stats, g, i, bw=bw, lat=lat, mem=64 << 20)
+    return profile(VGG, [flops_device("edge%d" % i, stats, g, i, bw=bw, lat=lat, mem=256 << 20)
                          for i, g in enumerate([4, 2, 1.33, 1])], 32)
 
 
