@@ -123,18 +123,17 @@ def peak_memory(cluster, spec, mode, plans, batch, dp_shares, steps=2) -> dict:
         for n in used:
             reset_peak(pids[n])
             before[n] = read_vm_kb(pids[n], "VmRSS")
-        runners = []
-
         def run():
-            runners.append(ModeRunner(spec, layouts, em.session_target, cluster.master.device_string, mode))
+            runner = ModeRunner(spec, layouts, em.session_target, cluster.master.device_string, mode)
             for _ in range(steps):
-                runners[0].step_ms()
+                runner.step_ms()
+            return runner
 
         try:
-            _watched(run, em.check, MODE_TIMEOUT_S, "mode %s" % mode)
+            runner = _watched(run, em.check, MODE_TIMEOUT_S, "mode %s" % mode)
         except DeviceDied as dead:  # the runner is left to the teardown: closing it waits on the dead server
             return {"out_of_memory": str(dead), "devices": used}
-        runners[0].close()
+        runner.close()
         return {"peak_bytes": {n: max(0, read_vm_kb(pids[n], "VmHWM") - before[n]) * 1024 for n in used},
                 "devices": used}
 

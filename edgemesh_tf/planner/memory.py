@@ -59,14 +59,17 @@ class MemoryModel:
         """Bytes the server hosting the session of a training step of the model on `k` devices adds."""
         return int(self.session_bytes + self.session_factor * stats.param_bytes + self.session_per_device * k)
 
+    def _bytes(self, stats: ModelStats, held: Sequence[int], k: int, replica: bool) -> float:
+        """The formula above: the coefficients times `features`, plus a replica's exact copies."""
+        coefs = (self.runtime_bytes, self.weight_factor, self.master_factor, self.activation_factor)
+        copies = REPLICA_COPIES * stats.param_bytes / k if replica else 0.0
+        return sum(c * x for c, x in zip(coefs, features(stats, held, k))) + copies
+
     def fixed_bytes(self, stats: ModelStats, k: int = 1, replica: bool = False) -> int:
         """Bytes a device of a `k`-device group holds whatever its shares: the runtime, every layer's
         gathered input, its part of the whole (master) tensors; `replica`: also the engine's anchors
         and residuals."""
-        masters = self.master_factor * stats.param_bytes / k if k > 1 else 0.0
-        copies = REPLICA_COPIES * stats.param_bytes / k if replica else 0.0
-        return int(self.runtime_bytes + masters + copies + self.activation_factor * stats.batch
-                   * (stats.image_bytes + sum(d.in_bytes for d in stats.dims)))
+        return int(self._bytes(stats, [0] * len(stats.dims), k, replica))
 
     def per_unit_bytes(self, dim: DimStats, batch: int) -> float:
         """Bytes one unit (filter, output unit) of `dim` adds on the device that holds it."""
@@ -76,8 +79,7 @@ class MemoryModel:
     def device_bytes(self, stats: ModelStats, held: Sequence[int], k: int = 1, replica: bool = False) -> int:
         """Peak bytes of a device of a `k`-device group holding `held[l]` units of each dim (in
         `stats.dims` order)."""
-        return int(math.ceil(self.fixed_bytes(stats, k, replica) + sum(self.per_unit_bytes(d, stats.batch) * h
-                                                            for d, h in zip(stats.dims, held))))
+        return int(math.ceil(self._bytes(stats, held, k, replica)))
 
     def whole_model_bytes(self, stats: ModelStats, batch: int, replica: bool = False) -> tuple[float, float]:
         """(bytes independent of the batch, bytes per example) of the whole model on one device."""

@@ -62,26 +62,6 @@ def _reads_of(var, step_ops: set) -> list:
     return [op for op in var.handle.consumers() if op.type == "ReadVariableOp" and op in step_ops]
 
 
-class _Placer:
-    """mtf's variable placer interface: each master variable on the device of ``devices`` holding
-    the fewest master bytes so far (mtf's BalancedVariablePlacer). Spread over a layout's devices,
-    because with every master on one device the first device of a split held the whole model on
-    top of its slices (VGG-16, batch 32, 4 ways: 402 MiB against ~141 on the others; docs/DESIGN.md).
-    Other ops created in the placer's scope (initialisers, reads) go with the last variable placed."""
-
-    def __init__(self, devices):
-        self.devices = list(devices)
-        self.loads = [0] * len(self.devices)
-        self.last = self.devices[0]
-
-    def device_function(self, op):
-        if op.type in ("VarHandleOp", "VariableV2") and len(self.devices) > 1:
-            i = min(range(len(self.devices)), key=lambda j: (self.loads[j], j))
-            self.loads[i] += op.get_attr("dtype").size * max(1, tf.TensorShape(op.get_attr("shape")).num_elements())
-            self.last = self.devices[i]
-        return self.last
-
-
 MASTER_PLACEMENTS = ("spread", "first")
 
 
@@ -113,7 +93,10 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
         master = master_device or layout.devices[0]
         if master_placement not in MASTER_PLACEMENTS:
             raise ValueError("master placement must be one of %s, got %r" % (MASTER_PLACEMENTS, master_placement))
-        placer = _Placer(layout.devices if master_placement == "spread" else [master])
+        # mtf's placer puts each master variable on the device holding the fewest master bytes so far:
+        # with every master on one device the first device of a split held the whole model on top of
+        # its slices (VGG-16, batch 32, 4 ways: 402 MiB against ~141 on the others; docs/DESIGN.md)
+        placer = mtf.utils.BalancedVariablePlacer(list(layout.devices) if master_placement == "spread" else [master])
         mesh = mtf.Mesh(mtf_graph, "mesh", variable_placer=placer)
         with tf.device(master):
             images = tf.placeholder(tf.float32, [batch_size, *spec.image_shape], name="images")
