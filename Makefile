@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?=
 QUICK ?=
 
-.PHONY: install browser run test test-fast bench bench-variants bench-bsp clean
+.PHONY: install browser run test test-fast bench bench-variants clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -41,10 +41,6 @@ bench: install
 # The table of ASHL variants (each of the project's rules against the published ASHL), ~30 min, into the same report.
 bench-variants: install
 	$(BIN)/python bench/suite.py --only tta_variants $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
-
-# ASHL against BSP with a 140 s budget (BSP never reaches the target in time_to_accuracy's 80 s), ~15 min.
-bench-bsp: install
-	$(BIN)/python bench/suite.py --only tta_bsp $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -16,10 +16,12 @@ Modes, each updating the model with --batch examples per step:
                   When the grid is the one-group plan itself, it is measured once (for both).
 Delay is ms per example: step time / batch; for the hybrid 1 / sum over groups of (batch / its
 median step while all groups step). Memory first, each mode on a fresh testbed with the devices'
-memory limits enforced (cgroup v1; a device past its budget is OOM-killed and named): peak resident
-memory above the idle server of every device the mode uses. A mode that runs out of memory is
+memory limits enforced (cgroup v1; a device past its budget is OOM-killed and named) and the CPU
+quotas lifted (peaks do not depend on speed): peak resident memory above the idle server of every
+device the mode uses. A mode that runs out of memory is
 recorded with the error naming the device and is not timed. Timing then interleaves rounds of every
-mode that fits on one testbed (limits off: only this phase runs there). Prints one JSON object;
+mode that fits on one testbed (limits off: only this phase runs there; the quotas lifted for the
+set-up and each device's first run of its graph, restored before the counted warm-up step). Prints one JSON object;
 exit code 1 if the filter split is not split or the hybrid plan does not run.
 """
 import argparse
@@ -40,7 +42,8 @@ from edgemesh_tf.mesh.layout import Layout, single_device_layout  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import plan  # noqa: E402
 from edgemesh_tf.profile.profiler import read_vm_kb  # noqa: E402
-from edgemesh_tf.profile.run import profile_workers  # noqa: E402
+from edgemesh_tf.planner.calibrate import calibrated, whole_step_device  # noqa: E402
+from edgemesh_tf.profile.run import budgets, profile_workers  # noqa: E402
 from edgemesh_tf.profile.step_timer import LayoutRunner, measure_side_by_side, reset_peak  # noqa: E402
 
 PAPER = {"delay_reduction_x": 3.2, "memory_change": -0.43}
@@ -102,10 +105,15 @@ class ModeRunner:
             r.close()
 
 
-def interleaved(runners, steps, warmup=2):
-    """step_timer.measure_side_by_side, with each replica's own warm-up steps not counted."""
+def interleaved(runners, steps, warmup=2, restore_quotas=lambda: None):
+    """step_timer.measure_side_by_side, with each replica's own warm-up steps not counted: the first
+    one (each device's first run of the graph) before ``restore_quotas()``, the others under the
+    devices' quotas."""
     for r in runners.values():
-        for _ in range(warmup):
+        r.step_ms()
+    restore_quotas()
+    for r in runners.values():
+        for _ in range(warmup - 1):
             r.step_ms()
         r.own = [[] for _ in r.own]
     return measure_side_by_side(runners, steps, round_steps=1, warmup=0)
@@ -113,8 +121,11 @@ def interleaved(runners, steps, warmup=2):
 
 def peak_memory(cluster, spec, mode, plans, batch, dp_shares, steps=2) -> dict:
     """{"peak_bytes": {device: bytes above its idle RSS}} of the devices ``mode`` uses, on a fresh
-    testbed with the memory limits enforced; {"out_of_memory": error} if a device's server died."""
+    testbed with the memory limits enforced; {"out_of_memory": error} if a device's server died.
+    The CPU quotas are lifted (each server's thread pool stays sized to its quota, so the same ops
+    run at once): peaks do not depend on speed, and VGG-16 at 0.1 core takes minutes a mode."""
     with emulated_cluster(cluster) as em:
+        em.lift_quotas()
         layouts = mode_layouts(mode, plans, em.device, batch, dp_shares)
         by_device = {em.device(n): n for n in em.devices}
         used = sorted({by_device[d] for lay, _ in layouts for d in lay.devices})
@@ -175,6 +186,10 @@ def _raise_if_dead(check):
         raise DeviceDied(str(e)) from None
 
 
+def _progress(what: str, t_start: float) -> None:
+    print("[claims] %s (%.0f s in all)" % (what, time.time() - t_start), file=sys.stderr, flush=True)
+
+
 def split_dims(p) -> list[str]:
     """The dims some group of plan ``p`` splits."""
     return sorted({name for g in p.groups for name, _ in g.layout.sizes if len(g.names) > 1})
@@ -219,8 +234,11 @@ def main():
     out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch,
            "steps": args.steps, "paper": PAPER, "modes": {}, "errors": []}
     with emulated_cluster(cluster, memory="off") as em:
-        profile = profile_workers(cluster, spec, args.batch, em.session_target,
-                                  {n: d.pid for n, d in em.devices.items()})
+        profile = calibrated(profile_workers(cluster, spec, args.batch, em.session_target,
+                                             {n: d.pid for n, d in em.devices.items()},
+                                             whole_step_device=whole_step_device(budgets(cluster), spec, args.batch)),
+                             spec)
+    _progress("profiled", t_start)
     plans = {"filter_split": plan(profile, spec, groups=1, batch=args.batch),
              "hybrid": plan(profile, spec, batch=args.batch)}
     for m, p in plans.items():
@@ -239,6 +257,7 @@ def main():
     if args.memory:
         for mode in alone:
             out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, {})
+            _progress("memory of " + mode, t_start)
         dp = {n: 0 for n in workers if "peak_bytes" in out["modes"][f"alone:{n}"]}
     if dp:
         shares = proportional(args.batch, [speed[n] for n in dp])
@@ -251,6 +270,7 @@ def main():
                                                           else []) + ["hybrid"]
     for mode in modes[len(alone):] if args.memory else ():
         out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, dp)
+        _progress("memory of " + mode, t_start)
     for mode, rec in out["modes"].items():
         if "peak_bytes" in rec:
             rec["max_peak_mib"] = round(max(rec["peak_bytes"].values()) / 2 ** 20, 1)
@@ -259,13 +279,15 @@ def main():
     with emulated_cluster(cluster, memory="off") as em:
         runners = {}
         try:
+            em.lift_quotas()  # set-up and first runs only: restored before the counted warm-up and the timing
             for m in timed:
                 runners[m] = ModeRunner(spec, mode_layouts(m, plans, em.device, args.batch, dp),
                                         em.session_target, cluster.master.device_string, m.replace(":", "_"))
-            times = interleaved(runners, args.steps)
+            times = interleaved(runners, args.steps, restore_quotas=em.restore_quotas)
         finally:
             for r in runners.values():
                 r.close()
+    _progress("timed " + ", ".join(timed), t_start)
     for m in timed:
         out["modes"].setdefault(m, {}).update(
             median_step_ms=[round(statistics.median(t), 1) for t in runners[m].own],

@@ -29,7 +29,8 @@ from edgemesh_tf.data import IMAGE_SHAPES
 from edgemesh_tf.mesh.layout import Layout, even_split, single_device_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan, predict
-from edgemesh_tf.profile.run import profile_workers
+from edgemesh_tf.planner.calibrate import calibrated, whole_step_device
+from edgemesh_tf.profile.run import budgets, profile_workers
 from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
 from edgemesh_tf.profile.step_timer import LayoutRunner, measure_memory, measure_side_by_side
 
@@ -92,8 +93,10 @@ def main():
 
     with emulated_cluster(cluster) as em:
         t0 = time.time()
-        profile = profile_workers(cluster, spec, args.batch, em.session_target,
-                                  {n: d.pid for n, d in em.devices.items()})
+        profile = calibrated(profile_workers(cluster, spec, args.batch, em.session_target,
+                                             {n: d.pid for n, d in em.devices.items()},
+                                             whole_step_device=whole_step_device(budgets(cluster), spec, args.batch)),
+                             spec)
         out["profile_s"] = round(time.time() - t0, 1)
         stats = model_stats(spec, args.batch)
         planned = plan(profile, spec, groups=1, batch=args.batch).groups[0]
@@ -126,6 +129,7 @@ def main():
         peaks = {}
         for mode in ("one_device", "filter_split"):
             with emulated_cluster(cluster) as em:
+                em.lift_quotas()  # peaks do not depend on speed (each server's thread pool stays sized to its quota)
                 pids = {n: em.devices[n].pid for n in workers}
                 if mode == "one_device":
                     layout, devs = single_device_layout(em.device(workers[0])), workers[:1]

@@ -12,11 +12,11 @@ import os
 
 from report_common import LABELS, MIB, _compact, _figure, _status_line, fmt, plt, result, table  # noqa: F401  (LABELS: the tests read it here)
 from report_claims import claims_section
-from report_tta import tta_bsp_section, tta_section, tta_variants_section
+from report_tta import tta_section, tta_variants_section
 
 ORDER = ("uneven_split", "emulation", "emulation_pi4", "planner", "edgemesh_claims", "time_to_accuracy", "faults",
-         "tta_variants", "tta_bsp")
-NOT_IN_MAKE_BENCH = ("tta_variants", "tta_bsp")  # run by their own make targets; absent is "not run", not a failure
+         "tta_variants")
+NOT_IN_MAKE_BENCH = ("tta_variants",)  # run by its own make target; absent is "not run", not a failure
 
 
 def load(results_dir: str) -> tuple[dict, dict]:
@@ -136,7 +136,7 @@ def faults_section(rec, out_dir) -> tuple[str, list[str]]:
 
 SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, "planner": planner_section,
             "emulation": emulation_section, "uneven_split": uneven_section, "faults": faults_section,
-            "tta_variants": tta_variants_section, "tta_bsp": tta_bsp_section,
+            "tta_variants": tta_variants_section,
             "emulation_pi4": lambda rec, out: emulation_section(rec, out, "emulation_pi4")}
 
 
@@ -162,7 +162,7 @@ def render(results_dir: str, out_dir: str) -> str:
                       [[n, r["status"] if r.get("status") in ("ok", "not run") else f"**failed** ({r.get('error')})",
                         fmt(r.get("seconds"), 0), f"`{r.get('command', '—')}`"] for n, r in records.items()]) + "\n")
     body = []
-    for name in ("time_to_accuracy", "tta_variants", "tta_bsp", "edgemesh_claims", "planner", "emulation", "emulation_pi4",
+    for name in ("time_to_accuracy", "tta_variants", "edgemesh_claims", "planner", "emulation", "emulation_pi4",
                  "uneven_split", "faults"):
         text, _ = SECTIONS[name](records[name], out_dir)
         body.append(text)

@@ -54,7 +54,7 @@ BENCHES = (
     # VGG-16 on the Pi-class cluster, memory limits enforced (bench/edgemesh_claims.py --help)
     Bench("edgemesh_claims", "edgemesh_claims.py", PI4,
           PI4 + ("--model", "vgg_wide", "--steps", "2", "--memory", "0"), 1500),
-    # digits32 + vgg_m to 92%: 8 seeds of ASHL and ADSP and 3 of BSP on edge4, 2 of ASHL and ADSP on
+    # digits32 + vgg_m to 92%: 8 seeds of ASHL and ADSP and 3 of BSP (its budget 150 s) on edge4, 2 of ASHL and ADSP on
     # homo4 (bench/time_to_accuracy.py --estimate: the time); past the timeout it is sent SIGTERM and
     # prints the runs made so far
     Bench("time_to_accuracy", "time_to_accuracy.py", CLUSTER + ("--variants", ""), CLUSTER + ("--quick",), 4800),
@@ -65,12 +65,6 @@ BENCHES = (
     Bench("tta_variants", "time_to_accuracy.py",
           CLUSTER + ("--strategies", "ashl,adsp", "--seeds", "2", "--homo_cluster", "", "--variant_seeds", "2"),
           CLUSTER + ("--quick", "--strategies", "ashl", "--homo_cluster", ""), 3600),
-    # ASHL against BSP with a budget over twice ASHL's time (BSP waits ~6.6 s per step for edge3's link and
-    # never reaches the target in time_to_accuracy's 80 s): ~15 min, `make bench-bsp`
-    Bench("tta_bsp", "time_to_accuracy.py",
-          CLUSTER + ("--strategies", "ashl,bsp", "--seeds", "3", "--other_seeds", "3", "--homo_cluster", "",
-                     "--variants", "", "--budget_s", "140"),
-          CLUSTER + ("--quick", "--strategies", "ashl,bsp", "--homo_cluster", "", "--variants", ""), 1800),
 )
 
 

@@ -1,7 +1,7 @@
 """Time to a target test accuracy per synchronisation strategy and ASHL variant, with statistics.
 
     python bench/time_to_accuracy.py [--cluster layouts/edge4.yaml] [--homo_cluster layouts/homo4.yaml]
-        [--dataset digits32] [--model vgg_m] [--target 0.92] [--budget_s 80]
+        [--dataset digits32] [--model vgg_m] [--target 0.92] [--budget_s 80] [--bsp_budget_s 150]
         [--strategies bsp,adsp,ashl] [--seeds 8] [--other_seeds 3]
         [--homo_strategies ashl,adsp] [--homo_seeds 2]
         [--variants ashl_project,ashl+error_feedback,...] [--variant_seeds 2] [--max_minutes 0]
@@ -12,7 +12,8 @@ The task (issue 16): `vgg_m` (1.04 M parameters) on `digits32` (21,552 train / 5
 iteration. A run's time to target is `stats.reached_at(curve, target, consecutive=3)`: the first
 evaluation from which the held-out accuracy stays >= --target for 3 evaluations in a row. The chief
 stops by the same rule (`target_evaluations=3`: a dip below the target starts the count again),
---tail_s after it (default 0), or at --budget_s.
+--tail_s after it (default 0), or at --budget_s (BSP: --bsp_budget_s, over twice ASHL's time, so
+that its unreached runs still tell whether ASHL takes at most half of BSP's time).
 
 Runs are interleaved: seed 0 of every strategy and variant, then seed 1, ... (the order rotated
 each seed), one testbed per cluster, so that the machine's drift falls on all of them alike.
@@ -33,7 +34,7 @@ once; its record lists the failure under `failed_attempts`. --max_minutes caps t
 strategy runs are always made, a variant run only while the time left allows it; the runs left
 out are listed under `skipped_for_time`.
 
-Statistics (bench/stats.py): a run that did not reach the target counts as --budget_s, a LOWER
+Statistics (bench/stats.py): a run that did not reach the target counts as its budget, a LOWER
 BOUND of its time (so a ratio over a strategy with unreached runs is an upper bound of the true
 one); medians; bootstrap 95% intervals of the ratios of medians (each sample resampled on its
 own); two-sided permutation p-values of the difference of the medians (exact for small samples).
@@ -64,7 +65,7 @@ sys.path.insert(0, HERE)
 import stats  # noqa: E402  (bench/stats.py)
 from tta_plan import (CONFIGS, CONSECUTIVE, DEFAULT_VARIANTS, DEFAULTS, EVAL_SPACING_S,  # noqa: E402,F401
                       EXPECTED_TRAIN_S, FINAL_EVAL_S, MANY_SEEDS, QUICK, STARTUP_S, STRATEGIES, VARIANTS,
-                      Clock, _names, base_of, estimate, estimate_s, expected_run_s, plan_of, schedule,
+                      Clock, _names, base_of, budget_of, estimate, estimate_s, expected_run_s, plan_of, schedule,
                       sync_config, tail_for)
 
 
@@ -112,7 +113,7 @@ class ClusterRuns:
                     cfg = job_config(cluster, default_groups(cluster, args.batch), sync=sync_config(name),
                                      model=args.model, dataset=args.dataset, target_accuracy=args.target,
                                      target_evaluations=CONSECUTIVE, stop_after_target_s=args.tail_s,
-                                     time_budget_s=args.budget_s,
+                                     time_budget_s=budget_of(name, args),
                                      eval_interval_s=args.eval_interval_s, checkpoint_interval_s=60.0, seed=seed,
                                      logdir=logdir)
                     t0 = time.monotonic()
@@ -185,13 +186,14 @@ def summary(name: str, runs: list[dict], budget: float) -> dict:
             "runs": runs}
 
 
-def compare(a_runs, b_runs, budget: float) -> dict:
-    """ratio of medians a/b, its bootstrap 95% CI, permutation p; None where a sample is empty."""
+def compare(a_runs, b_runs, a_budget: float, b_budget: float) -> dict:
+    """ratio of medians a/b, its bootstrap 95% CI, permutation p; None where a sample is empty.
+    Each sample's unreached runs count as its own budget (s)."""
     if not a_runs or not b_runs:
         return {"ratio": None, "ci95": None, "p": None}
-    a, b = times_of(a_runs), times_of(b_runs)
-    ratio, ci = stats.median_ratio_ci(a, b, budget=budget)
-    return {"ratio": _r(ratio, 4), "ci95": _rl(ci, 4), "p": _r(stats.permutation_p(a, b, budget=budget), 5)}
+    a, b = stats.censored(times_of(a_runs), a_budget), stats.censored(times_of(b_runs), b_budget)
+    ratio, ci = stats.median_ratio_ci(a, b)
+    return {"ratio": _r(ratio, 4), "ci95": _rl(ci, 4), "p": _r(stats.permutation_p(a, b), 5)}
 
 
 def _r(x, digits=3):
@@ -206,7 +208,7 @@ def _check(value, threshold: str, ok) -> dict:
     return {"value": value, "threshold": threshold, "pass": bool(ok) if value is not None else False}
 
 
-def checks_of(out: dict, budget: float) -> dict:
+def checks_of(out: dict) -> dict:
     """Issue 16's checks that this run's data can decide, each {value, threshold, pass}."""
     checks = {}
     het = out["heterogeneous"]["strategies"]
@@ -243,12 +245,13 @@ def assemble(args, clusters: dict, estimate: float, wall: float, workdir: str, i
              skipped: list | None = None) -> dict:
     budget = args.budget_s
     out = {"format": 2, "dataset": args.dataset, "model": args.model, "target_accuracy": args.target,
-           "consecutive_evaluations": CONSECUTIVE, "target_evaluations": CONSECUTIVE, "budget_s": budget, "eval_interval_s": args.eval_interval_s,
+           "consecutive_evaluations": CONSECUTIVE, "target_evaluations": CONSECUTIVE, "budget_s": budget,
+           "bsp_budget_s": budget_of("bsp", args), "eval_interval_s": args.eval_interval_s,
            "tail_s": args.tail_s, "batch_per_group": args.batch,
            "seeds": {"ashl_adsp": args.seeds, "other": args.other_seeds, "variants": args.variant_seeds,
                      "homogeneous": args.homo_seeds},
            "unreached_rule": ("a run that did not reach the target (3 evaluations in a row at or above it) counts "
-                              "as its budget_s, a lower bound of its time: medians with unreached runs are lower "
+                              "as its budget (budget_s; BSP: bsp_budget_s), a lower bound of its time: medians with unreached runs are lower "
                               "bounds, a ratio over a strategy with unreached runs an upper bound"),
            "statistics": ("medians; ratio CI: bootstrap 95% percentile interval, each sample resampled "
                           "independently (10,000 resamples); p: two-sided permutation test of the difference of "
@@ -264,16 +267,17 @@ def assemble(args, clusters: dict, estimate: float, wall: float, workdir: str, i
             continue
         strategies = [n for n in c.runs if n in STRATEGIES]
         out[key] = {**c.info, "eval_spacing_s": _r(statistics.median(c.spacings), 2) if c.spacings else None,
-                    "strategies": {n: summary(n, c.runs[n], budget) for n in strategies}}
+                    "strategies": {n: summary(n, c.runs[n], budget_of(n, args)) for n in strategies}}
         for base in ("adsp", "bsp"):
             if "ashl" in c.runs and base in c.runs:
-                cmp = compare(c.runs["ashl"], c.runs[base], budget)
+                cmp = compare(c.runs["ashl"], c.runs[base], budget, budget_of(base, args))
                 out[f"{label}ashl_over_{base}"] = cmp["ratio"]
                 out[f"{label}ashl_over_{base}_ci95"] = cmp["ci95"]
                 out[f"{label}ashl_over_{base}_p"] = cmp["p"]
             for n in strategies:
                 if n != base and base in c.runs:
-                    ratios[f"{label}{n}_over_{base}"] = compare(c.runs[n], c.runs[base], budget)["ratio"]
+                    ratios[f"{label}{n}_over_{base}"] = compare(c.runs[n], c.runs[base], budget_of(n, args),
+                                                                budget_of(base, args))["ratio"]
     het = clusters.get("heterogeneous")
     variants = [v for v in _names(args.variants) if het and v in het.runs]
     if variants:
@@ -283,7 +287,7 @@ def assemble(args, clusters: dict, estimate: float, wall: float, workdir: str, i
             rows[base] = {**summary(base, runs, budget), "baseline": base, "ratio_to_baseline": 1.0,
                           "ratio_to_baseline_ci95": None, "p": None}
             for v in (v for v in variants if base_of(v) == base):
-                cmp = compare(het.runs[v], runs, budget)
+                cmp = compare(het.runs[v], runs, budget, budget)
                 rows[v] = {**summary(v, het.runs[v], budget), "baseline": base, "ratio_to_baseline": cmp["ratio"],
                            "ratio_to_baseline_ci95": cmp["ci95"], "p": cmp["p"]}
         out["variants"] = {"cluster": het.path, "baseline": "each variant's strategy as published, interleaved "
@@ -291,7 +295,7 @@ def assemble(args, clusters: dict, estimate: float, wall: float, workdir: str, i
     out["ratios"] = {k: out[k] for k in ("ashl_over_bsp", "ashl_over_adsp", "homogeneous_ashl_over_bsp",
                                          "homogeneous_ashl_over_adsp") if k in out} | ratios
     if "heterogeneous" in out:
-        out["checks"] = checks_of(out, budget)
+        out["checks"] = checks_of(out)
         out["all_checks_pass"] = bool(out["checks"]) and all(c["pass"] is True for c in out["checks"].values())
     return out
 
@@ -317,6 +321,9 @@ def parser(quick: bool = False) -> argparse.ArgumentParser:
                    help="target held-out accuracy (0..1]; default 0.92 on digits32, where ADSP needs about a minute")
     p.add_argument("--budget_s", type=float, default=d["budget_s"],
                    help="training time budget of each run (s); an unreached run counts as this (a lower bound)")
+    p.add_argument("--bsp_budget_s", type=float, default=d["bsp_budget_s"],
+                   help="BSP's own budget (s; 0: --budget_s): it waits on edge3's link every iteration and "
+                   "needs over twice ASHL's time to tell ASHL <= 0.5x BSP")
     p.add_argument("--tail_s", type=float, default=0.0, help="training after the chief has seen the target in %d "
                    "evaluations in a row (s)" % CONSECUTIVE)
     p.add_argument("--eval_interval_s", type=float, default=d["eval_interval_s"])

@@ -29,13 +29,17 @@ def main(argv):
     import os
 
     from edgemesh_tf.data import IMAGE_SHAPES
+    from edgemesh_tf.cluster import load_cluster
     from edgemesh_tf.models import get_model
-    from edgemesh_tf.profile.run import profile_cluster
+    from edgemesh_tf.planner.calibrate import whole_step_device
+    from edgemesh_tf.profile.run import budgets, profile_cluster
     from edgemesh_tf.profile.types import save_profile
 
     spec = get_model(FLAGS.model, IMAGE_SHAPES[FLAGS.dataset], 10)
     try:
-        profile = profile_cluster(FLAGS.cluster, spec, FLAGS.batch, emulate=FLAGS.emulate, repeats=FLAGS.repeats)
+        cluster = load_cluster(FLAGS.cluster)
+        profile = profile_cluster(cluster, spec, FLAGS.batch, emulate=FLAGS.emulate, repeats=FLAGS.repeats,
+                                  whole_step_device=whole_step_device(budgets(cluster), spec, FLAGS.batch))
     except ValueError as e:
         raise SystemExit("edgemesh profile: %s" % e)
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)

@@ -39,6 +39,7 @@ from typing import Sequence
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models.spec import ModelSpec
 from edgemesh_tf.planner import alternatives as alt
+from edgemesh_tf.planner.calibrate import calibrated
 from edgemesh_tf.planner.cost import GroupPrediction
 from edgemesh_tf.planner.division import Division, PlanError, divide, speed
 from edgemesh_tf.planner.model_stats import model_stats
@@ -241,6 +242,7 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     if not (isinstance(staleness_penalty, (int, float)) and staleness_penalty >= 0):
         raise ValueError("staleness_penalty must be a number >= 0, got %r" % (staleness_penalty,))
     batch = batch or profile.batch
+    profile = calibrated(profile, spec)  # layer times scaled to the whole step measured while profiling
     stats = model_stats(spec, batch)
     devices, pb, ps_bw = profile.devices, profile.batch, profile.ps_bandwidth_mbit
     rate = lambda divs: throughput([d.prediction for d in divs], batch, commit_interval, staleness_penalty)

@@ -22,6 +22,9 @@ from edgemesh_tf.profile.layers import build_layer_op, build_noop_op, build_tran
 from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
 
 TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
+# A layer whose one pass takes this many round trips of its device is timed one pass per run: the
+# round trip's jitter is then a few % of the run. Shorter layers chain ``reps`` passes per run.
+ONE_PASS_OVER_ROUND_TRIP = 20.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,8 +45,16 @@ def robust_median(samples: Sequence[float]) -> tuple[float, float]:
     return float(statistics.median(kept)), float(iqr)
 
 
-def _timed(sess, op, repeats: int) -> list[float]:
-    sess.run(op)  # warm-up: placement, graph optimisation, allocations
+def passes_per_run(one_pass_run_ms: float, round_trip_ms: float, reps: int) -> int:
+    """Passes of a layer to chain in each timed run (pure): 1 when a run of one pass (ms, round trip
+    included) is at least ONE_PASS_OVER_ROUND_TRIP round trips long, else ``reps``. On Pi-class
+    devices (VGG-16 layers of 100s of ms behind sub-ms links) this makes profiling ~3x shorter."""
+    return 1 if one_pass_run_ms - round_trip_ms >= ONE_PASS_OVER_ROUND_TRIP * round_trip_ms else reps
+
+
+def _timed(sess, op, repeats: int, warmup: bool = True) -> list[float]:
+    if warmup:
+        sess.run(op)  # placement, graph optimisation, allocations
     out = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -63,14 +74,16 @@ def fit_link(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> tuple[flo
 
 
 def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfile], session_target: str,
-                    master_device: str, *, repeats: int = 5, reps: int = 3,
-                    config: tf.ConfigProto | None = None) -> Profile:
-    """Measures every device in ``devices``; ``master_device`` is where transfers are received."""
+                    master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_device: str | None = None,
+                    whole_step_repeats: int = 3, config: tf.ConfigProto | None = None) -> Profile:
+    """Measures every device in ``devices``; ``master_device`` is where transfers are received.
+    whole_step_device: the name of a device to also time ``whole_step_repeats`` real training steps
+    of the whole model on, alone (its ``whole_step_ms``; it must hold the model)."""
     shapes = layer_shapes(spec, batch)
     idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
     graph = tf.Graph()
     with graph.as_default():
-        ops = {d.name: {s.name: build_layer_op(tf, s, d.device, reps) for s in shapes} for d in devices}
+        ops = {d.name: {s.name: build_layer_op(tf, s, d.device, 1) for s in shapes} for d in devices}
         base = {d.name: build_noop_op(tf, d.device) for d in devices}
         local = build_noop_op(tf, master_device)
         transfers = {d.name: [build_transfer_op(tf, n, d.device, master_device) for n in TRANSFER_BYTES]
@@ -86,8 +99,16 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
             base_ms, _ = robust_median(_timed(sess, base[d.name], rtt_repeats))
             timings = []
             for s in shapes:
-                med, iqr = robust_median(_timed(sess, ops[d.name][s.name], repeats))
-                timings.append(LayerTiming(s.name, round(max(0.0, med - base_ms) / reps, 3), round(iqr / reps, 3)))
+                samples = _timed(sess, ops[d.name][s.name], 1)
+                n = passes_per_run(samples[0], base_ms, reps)
+                if n == 1:
+                    samples += _timed(sess, ops[d.name][s.name], repeats - 1, warmup=False)
+                else:
+                    with graph.as_default():  # the session extends its graph at the next run
+                        chained = build_layer_op(tf, s, d.device, n)
+                    samples = _timed(sess, chained, repeats)
+                med, iqr = robust_median(samples)
+                timings.append(LayerTiming(s.name, round(max(0.0, med - base_ms) / n, 3), round(iqr / n, 3)))
             sizes, times = [], []
             for n, op in zip(TRANSFER_BYTES, transfers[d.name]):
                 for t in _timed(sess, op, repeats):
@@ -104,5 +125,27 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                                      peak_memory_bytes=peak))
             logging.info("profiled %s in %.1f s: %s", d.name, time.perf_counter() - t0,
                          ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings))
+    if whole_step_device is not None:
+        i = [d.name for d in devices].index(whole_step_device)
+        ms = whole_step_ms(spec, batch, devices[i].device, session_target, master_device, whole_step_repeats)
+        out[i] = dataclasses.replace(out[i], whole_step_ms=round(ms, 2))
     return Profile(model=spec.name, batch=batch, image_shape=spec.image_shape, num_classes=spec.num_classes,
                    devices=tuple(out))
+
+
+def whole_step_ms(spec: ModelSpec, batch: int, device: str, session_target: str, master_device: str,
+                  repeats: int) -> float:
+    """Median ms of ``repeats`` training steps of the whole model alone on ``device`` (after one
+    warm-up step), built as training builds it (the lowering, the optimizer, the input fed from the
+    client)."""
+    from edgemesh_tf.mesh.layout import single_device_layout
+    from edgemesh_tf.profile.step_timer import LayoutRunner  # it imports this module
+    container = "profile_whole_step"
+    runner = LayoutRunner(spec, single_device_layout(device), batch, session_target, master_device,
+                          container=container)
+    try:
+        runner.step_ms()
+        return statistics.median(runner.step_ms() for _ in range(repeats))
+    finally:
+        runner.close()
+        tf.Session.reset(session_target, containers=[container])

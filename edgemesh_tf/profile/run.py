@@ -12,18 +12,27 @@ from edgemesh_tf.profile.types import Profile
 DEFAULT_MEMORY_MIB = 1024
 
 
+def budgets(cluster: ClusterFile) -> dict[str, int]:
+    """{worker name: memory budget (bytes)}: the file's memory_mib, else DEFAULT_MEMORY_MIB."""
+    return {d.name: (d.memory_mib or DEFAULT_MEMORY_MIB) << 20 for d in cluster.workers}
+
+
 def profile_workers(cluster: ClusterFile, spec: ModelSpec, batch: int, session_target: str,
-                    pids: Mapping[str, int | None], *, repeats: int = 5) -> Profile:
+                    pids: Mapping[str, int | None], *, repeats: int = 5, whole_step_device: str | None = None) -> Profile:
     """Measures every worker of a reachable ``cluster``; ``pids`` {device name: local server pid
-    or None} enables the peak-memory reading; budgets come from the file's memory_mib."""
-    devices = [DeviceToProfile(d.name, d.device_string, (d.memory_mib or DEFAULT_MEMORY_MIB) << 20, pids.get(d.name))
-               for d in cluster.workers]
-    return profile_devices(spec, batch, devices, session_target, cluster.master.device_string, repeats=repeats)
+    or None} enables the peak-memory reading; budgets come from the file's memory_mib.
+    whole_step_device: a worker to also time whole-model training steps on (it must hold the model;
+    ``planner.calibrate.whole_step_device`` chooses one)."""
+    memory = budgets(cluster)
+    devices = [DeviceToProfile(d.name, d.device_string, memory[d.name], pids.get(d.name)) for d in cluster.workers]
+    return profile_devices(spec, batch, devices, session_target, cluster.master.device_string, repeats=repeats,
+                           whole_step_device=whole_step_device)
 
 
 def profile_cluster(cluster: ClusterFile | str, spec: ModelSpec, batch: int, *, emulate: bool = True,
-                    repeats: int = 5, **up_kwargs) -> Profile:
+                    repeats: int = 5, whole_step_device: str | None = None, **up_kwargs) -> Profile:
     """Measures every worker of ``cluster`` for ``spec`` at ``batch`` examples per device step."""
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     with reach_servers(cluster, emulate, up_kwargs) as servers:
-        return profile_workers(cluster, spec, batch, servers.target, servers.pids, repeats=repeats)
+        return profile_workers(cluster, spec, batch, servers.target, servers.pids, repeats=repeats,
+                               whole_step_device=whole_step_device)

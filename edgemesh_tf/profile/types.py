@@ -34,6 +34,9 @@ class DeviceProfile:
     latency_ms: one-way latency of its link (half the round trip of an empty run there).
     step_overhead_ms: the round trip of an empty run on the device (starting a step there).
     peak_memory_bytes: peak resident memory of the device's server during profiling, idle TF subtracted.
+    whole_step_ms: median of a few real training steps of the whole model on this device alone at the
+      profile's batch (ms; 0 = not measured). The planner calibrates every device's layer times by it
+      (``planner.calibrate``).
     """
 
     name: str
@@ -44,6 +47,7 @@ class DeviceProfile:
     latency_ms: float
     step_overhead_ms: float = 0.0
     peak_memory_bytes: int = 0
+    whole_step_ms: float = 0.0
 
     def layer_ms(self, name: str) -> float:
         for t in self.layers:
@@ -63,6 +67,7 @@ class Profile:
     num_classes: int
     devices: tuple[DeviceProfile, ...]
     ps_bandwidth_mbit: float = 1000.0
+    compute_scale: float = 1.0  # the factor the layer times were multiplied by (1.0: as measured)
 
     def device(self, name: str) -> DeviceProfile:
         for d in self.devices:
@@ -140,12 +145,15 @@ def profile_from_dict(d: dict, source: str = "<profile>") -> Profile:
             bandwidth_mbit=_field(source, where, dev, "bandwidth_mbit", "number", positive=True),
             latency_ms=_field(source, where, dev, "latency_ms", "number"),
             step_overhead_ms=_field(source, where, dev, "step_overhead_ms", "number", optional=True, default=0.0),
-            peak_memory_bytes=_field(source, where, dev, "peak_memory_bytes", "int", optional=True, default=0)))
+            peak_memory_bytes=_field(source, where, dev, "peak_memory_bytes", "int", optional=True, default=0),
+            whole_step_ms=_field(source, where, dev, "whole_step_ms", "number", optional=True, default=0.0)))
     return Profile(model=_field(source, "", d, "model", "str"), batch=_field(source, "", d, "batch", "int", positive=True),
                    image_shape=tuple(shape), num_classes=_field(source, "", d, "num_classes", "int", positive=True),
                    devices=tuple(devices),
                    ps_bandwidth_mbit=_field(source, "", d, "ps_bandwidth_mbit", "number", positive=True, optional=True,
-                                            default=1000.0))
+                                            default=1000.0),
+                   compute_scale=_field(source, "", d, "compute_scale", "number", positive=True, optional=True,
+                                        default=1.0))
 
 
 def load_profile(path: str) -> Profile:

@@ -70,3 +70,23 @@ def test_a_dead_device_ends_the_mode_at_once_and_is_named():
     assert claims._watched(lambda: 7, lambda: None, 5, "mode x") == 7
     with pytest.raises(TimeoutError, match="mode hybrid: no result after 0 s"):
         claims._watched(lambda: time.sleep(2), lambda: None, 0.2, "mode hybrid", poll_s=0.05)
+
+
+def test_quotas_are_restored_after_each_first_run_and_before_any_counted_step():
+    events = []
+
+    class Fake:
+        def __init__(self, name):
+            self.name, self.own = name, [[]]
+
+        def step_ms(self):
+            events.append(self.name)
+            self.own[0].append(1.0)
+            return 1.0
+
+    runners = {"a": Fake("a"), "b": Fake("b")}
+    times = claims.interleaved(runners, steps=3, warmup=2, restore_quotas=lambda: events.append("restore"))
+    assert events[:3] == ["a", "b", "restore"]  # each device's first run with the quotas lifted, then restored
+    assert events[3:5] == ["a", "b"]  # the second warm-up step under the quotas, not counted
+    assert times == {"a": [1.0] * 3, "b": [1.0] * 3}
+    assert runners["a"].own == [[1.0] * 3]  # the replicas' own times hold the counted steps only

@@ -156,7 +156,7 @@ def _assembled():
                     "ashl+error_feedback": [32, 40, 32], "adsp+constant_lr": [64, 56, 72]}),
                 "homogeneous": _cluster("layouts/homo4.yaml", {"ashl": [24, 32, 24], "adsp": [32, 24, 24]})}
     args.variants = "ashl_project,ashl+error_feedback,adsp+constant_lr"
-    args.budget_s = 90.0
+    args.budget_s, args.bsp_budget_s = 90.0, 150.0
     return tta.assemble(args, clusters, estimate=2500.0, wall=2400.0, workdir="/tmp/tta-x", interrupted=False)
 
 
@@ -171,13 +171,14 @@ def test_assembled_json_has_the_issues_keys():
     assert s["ashl"]["time_to_target_s"] == 32 and s["ashl"]["reached"] == "8/8"
     assert s["adsp"]["time_to_target_s"] == 56 and s["adsp"]["reached"] == "7/8"
     assert not s["adsp"]["time_is_lower_bound"]  # one unreached run of 8 does not move the median
-    assert s["bsp"]["time_to_target_s"] == 90 and s["bsp"]["reached"] == "1/3"  # unreached = the budget
+    assert s["bsp"]["time_to_target_s"] == 150 and s["bsp"]["reached"] == "1/3"  # unreached = BSP's own budget
     assert s["bsp"]["time_is_lower_bound"]
     assert out["ashl_over_adsp"] == pytest.approx(round(32 / 56, 4))
     lo, hi = out["ashl_over_adsp_ci95"]
     assert lo <= out["ashl_over_adsp"] <= hi < 1.0
     assert 0 < out["ashl_over_adsp_p"] < 0.05
-    assert out["ashl_over_bsp"] == pytest.approx(round(32 / 90, 4))
+    assert out["ashl_over_bsp"] == pytest.approx(round(32 / 150, 4))
+    assert out["budget_s"] == 90 and out["bsp_budget_s"] == 150
     assert len(s["ashl"]["runs"]) == 8 and s["ashl"]["times_s"] == ASHL
 
 
@@ -242,7 +243,7 @@ def test_report_shows_the_ratios_cis_and_p_values(rendered_v2):
     assert ashl_row.split("|")[-3].strip() == str(round(out["ashl_over_bsp"], 3))
     assert ashl_row.split("|")[-2].strip() == str(round(out["ashl_over_adsp"], 3))
     bsp_row = next(ln for ln in text.splitlines() if ln.startswith("| BSP |"))
-    assert "≥ 90.0 s" in bsp_row and "| 1/3 |" in bsp_row
+    assert "≥ 150.0 s" in bsp_row and "| 1/3 |" in bsp_row
 
 
 def test_report_shows_the_variants_and_checks(rendered_v2):

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from edgemesh_tf.mesh.layout import Layout, single_device_layout
-from edgemesh_tf.profile.profiler import fit_link, robust_median
+from edgemesh_tf.profile.profiler import fit_link, passes_per_run, robust_median
 from edgemesh_tf.profile.types import load_profile, save_profile
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -24,6 +24,13 @@ def test_robust_median_drops_outliers():
     assert med == pytest.approx(10.0) and iqr < 2  # 80 dropped: median of the other five
 
 
+def test_long_layers_are_timed_one_pass_per_run_and_short_ones_chained():
+    assert passes_per_run(one_pass_run_ms=400.0, round_trip_ms=1.0, reps=3) == 1  # VGG-16 on a Pi, 1 Gbit/s
+    assert passes_per_run(one_pass_run_ms=30.0, round_trip_ms=10.0, reps=3) == 3  # small layer behind 5 ms
+    assert passes_per_run(one_pass_run_ms=21.0 * 2.0, round_trip_ms=2.0, reps=3) == 1  # exactly 20 round trips
+    assert passes_per_run(one_pass_run_ms=41.0, round_trip_ms=2.0, reps=3) == 3
+
+
 @pytest.mark.emulator
 def test_profile_edge2(vgg_digits, tmp_path):
     from edgemesh_tf.cluster import emulated_cluster, load_cluster
@@ -37,7 +44,8 @@ def test_profile_edge2(vgg_digits, tmp_path):
         t0 = time.perf_counter()
         # Batch 256: layers of a few ms would be timed within one 10 ms cgroup period, where the
         # quota's quantisation, not the configured speed, decides the ratio.
-        profile = profile_devices(vgg_digits, 256, devices, em.session_target, em.device("chief"))
+        profile = profile_devices(vgg_digits, 256, devices, em.session_target, em.device("chief"),
+                                  whole_step_device="fast")
         assert time.perf_counter() - t0 < 60
         fast, slow = profile.device("fast"), profile.device("slow")
         assert [t.name for t in fast.layers] == list(vgg_digits.split_dims())
@@ -45,6 +53,9 @@ def test_profile_edge2(vgg_digits, tmp_path):
         assert 70 < fast.bandwidth_mbit < 130 and 35 < slow.bandwidth_mbit < 65
         assert slow.latency_ms > fast.latency_ms > 0
         assert fast.peak_memory_bytes > 0 and fast.memory_bytes == 1024 << 20
+        # a real step of the whole model, timed on the one device asked for; it runs the layers summed
+        # above (and more: the optimizer, the input fed), so it is of their order
+        assert slow.whole_step_ms == 0 and 0.3 * sum(t.compute_ms for t in fast.layers) < fast.whole_step_ms
         path = str(tmp_path / "p.json")
         save_profile(profile, path)
         assert load_profile(path) == profile
@@ -59,6 +70,19 @@ def test_profile_edge2(vgg_digits, tmp_path):
             for r in runners.values():
                 r.close()
         assert all(len(v) >= 3 and min(v) > 0 for v in times.values())
+
+
+def test_a_calibrated_profile_round_trips_through_its_file(tmp_path):
+    from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
+    p = Profile("vgg", 32, (8, 8, 1), 10, (DeviceProfile("a", "/job:worker/task:0", (LayerTiming("conv1", 2.0),),
+                                                         1 << 30, 100.0, 1.0, whole_step_ms=12.5),),
+                compute_scale=0.8)
+    save_profile(p, str(tmp_path / "p.json"))
+    assert load_profile(str(tmp_path / "p.json")) == p
+    bad = tmp_path / "neg.json"
+    bad.write_text(p.to_json().replace('"compute_scale": 0.8', '"compute_scale": -1'))
+    with pytest.raises(ValueError, match=r"neg.json: field 'compute_scale' must be a finite number > 0"):
+        load_profile(str(bad))
 
 
 def test_bad_profile_file_is_named(tmp_path):

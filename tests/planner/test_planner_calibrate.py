@@ -1,0 +1,59 @@
+"""Calibration of layer times by a measured whole-model step (pure; no TensorFlow)."""
+import dataclasses
+
+import pytest
+
+from edgemesh_tf.models import get_model
+from edgemesh_tf.planner import model_stats, plan
+from edgemesh_tf.planner.calibrate import (alone_memory_bytes, calibrated, compute_scale,
+                                           whole_step_device)
+from edgemesh_tf.planner.cost import predict
+
+from planner_util import flops_device, profile
+
+SPEC = get_model("vgg", (8, 8, 1), 10)
+STATS = model_stats(SPEC, 32)
+
+
+def _profile(whole=None, on=0):
+    devs = [flops_device("a", STATS, 4, 0, bw=1000, lat=0.5), flops_device("b", STATS, 2, 1, bw=1000, lat=0.5)]
+    if whole is not None:
+        devs[on] = dataclasses.replace(devs[on], whole_step_ms=whole)
+    return profile(SPEC, devs, 32)
+
+
+def test_the_factor_makes_the_cost_model_predict_the_measured_step():
+    p = _profile()
+    alone = predict([p.devices[0]], STATS, {})
+    base = alone.step_ms - alone.compute_ms[0]
+    measured = base + 0.8 * alone.compute_ms[0]  # the real step: 20% less compute than the layers summed
+    cal = calibrated(_profile(whole=measured), SPEC)
+    assert cal.compute_scale == pytest.approx(0.8, abs=1e-4)
+    assert predict([cal.devices[0]], STATS, {}).step_ms == pytest.approx(measured, rel=1e-3)
+    # every device is scaled by the same factor, also the one not measured
+    assert predict([cal.devices[1]], STATS, {}).compute_ms[0] == pytest.approx(
+        0.8 * predict([p.devices[1]], STATS, {}).compute_ms[0], rel=1e-3)
+
+
+def test_no_measurement_or_a_wild_one_leaves_the_profile_as_measured():
+    p = _profile()
+    assert calibrated(p, SPEC) is p and compute_scale(p, SPEC) is None
+    wild = _profile(whole=1e9)
+    assert compute_scale(wild, SPEC) is None and calibrated(wild, SPEC).devices == wild.devices
+
+
+def test_calibrating_twice_scales_once_and_plan_uses_the_calibrated_times():
+    p = _profile(whole=predict([_profile().devices[0]], STATS, {}).step_ms * 0.5)
+    once = calibrated(p, SPEC)
+    assert calibrated(once, SPEC) is once and once.compute_scale < 1
+    assert plan(p, SPEC).examples_per_sec == pytest.approx(plan(once, SPEC).examples_per_sec)
+    assert plan(p, SPEC).examples_per_sec > plan(_profile(), SPEC).examples_per_sec
+
+
+def test_the_whole_step_is_timed_on_the_largest_budget_only_if_the_model_fits_it():
+    need = alone_memory_bytes(STATS)
+    assert whole_step_device({"a": need // 2, "b": need * 2, "c": need * 2}, SPEC, 32) == "b"
+    assert whole_step_device({"a": need // 2, "b": need - 1}, SPEC, 32) is None
+    assert whole_step_device({}, SPEC, 32) is None
+    # the bound is the cost model's own prediction of the device alone
+    assert predict([dataclasses.replace(_profile().devices[0], memory_bytes=need)], STATS, {}).memory_bytes[0] == need
