@@ -40,7 +40,7 @@ from edgemesh_tf.data import IMAGE_SHAPES  # noqa: E402
 from edgemesh_tf.mesh.compat import tf  # noqa: E402
 from edgemesh_tf.mesh.layout import Layout, single_device_layout  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
-from edgemesh_tf.planner import plan  # noqa: E402
+from edgemesh_tf.planner import model_stats, plan, predict  # noqa: E402
 from edgemesh_tf.profile.profiler import read_vm_kb  # noqa: E402
 from edgemesh_tf.planner.calibrate import calibrated, whole_step_device  # noqa: E402
 from edgemesh_tf.profile.run import budgets, profile_workers  # noqa: E402
@@ -234,11 +234,18 @@ def main():
     out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch,
            "steps": args.steps, "paper": PAPER, "modes": {}, "errors": []}
     with emulated_cluster(cluster, memory="off") as em:
-        profile = calibrated(profile_workers(cluster, spec, args.batch, em.session_target,
-                                             {n: d.pid for n, d in em.devices.items()},
-                                             whole_step_device=whole_step_device(budgets(cluster), spec, args.batch)),
-                             spec)
+        profile = profile_workers(cluster, spec, args.batch, em.session_target,
+                                  {n: d.pid for n, d in em.devices.items()},
+                                  whole_step_device=whole_step_device(budgets(cluster), spec, args.batch))
     _progress("profiled", t_start)
+    # the planner plans from the layer times as measured; the calibrated prediction is reported beside it
+    cal = calibrated(profile, spec)
+    out["compute_scale"] = cal.compute_scale
+    stats = model_stats(spec, args.batch)
+
+    def calibrated_step_ms(names, sizes) -> float:
+        return round(predict([cal.device(n) for n in names], stats, dict(sizes), profile_batch=profile.batch).step_ms, 1)
+
     plans = {"filter_split": plan(profile, spec, groups=1, batch=args.batch),
              "hybrid": plan(profile, spec, batch=args.batch)}
     for m, p in plans.items():
@@ -246,6 +253,7 @@ def main():
                             round(p.examples_per_sec, 2), "alternatives": {k: round(v, 2) for k, v in p.alternatives},
                             "groups": [{"devices": list(g.names), "sizes": {k: list(v) for k, v in g.layout.sizes},
                                         "predicted_step_ms": round(g.prediction.step_ms, 1),
+                                        "calibrated_predicted_step_ms": calibrated_step_ms(g.names, g.layout.sizes),
                                         "predicted_memory_mib": [round(b / 2 ** 20, 1) for b in g.prediction.memory_bytes]}
                                        for g in p.groups]}
     if not out["filter_split_plan"]["split_dims"]:
@@ -301,6 +309,14 @@ def main():
             for grp, measured in zip(out[f"{m}_plan"]["groups"], out["modes"][m]["median_step_ms"]):
                 grp["measured_step_ms"] = measured
                 grp["predicted_over_measured"] = round(grp["predicted_step_ms"] / measured, 3)
+                grp["calibrated_over_measured"] = round(grp["calibrated_predicted_step_ms"] / measured, 3)
+    for n in workers:  # each device alone: the cost model's step, as measured and calibrated, against the measured one
+        rec = out["modes"].get(f"alone:{n}", {})
+        if rec.get("median_step_ms"):
+            raw = predict([profile.device(n)], stats, {}, profile_batch=profile.batch).step_ms
+            rec.update(predicted_step_ms=round(raw, 1), calibrated_predicted_step_ms=calibrated_step_ms([n], ()),
+                       predicted_over_measured=round(raw / rec["median_step_ms"][0], 3),
+                       calibrated_over_measured=round(calibrated_step_ms([n], ()) / rec["median_step_ms"][0], 3))
     if "hybrid" not in timed:
         out["errors"].append("hybrid: the planned grid ran out of memory: %s" % out["modes"]["hybrid"]["out_of_memory"])
     out["checks"] = claims(out)

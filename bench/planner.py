@@ -93,10 +93,10 @@ def main():
 
     with emulated_cluster(cluster) as em:
         t0 = time.time()
-        profile = calibrated(profile_workers(cluster, spec, args.batch, em.session_target,
-                                             {n: d.pid for n, d in em.devices.items()},
-                                             whole_step_device=whole_step_device(budgets(cluster), spec, args.batch)),
-                             spec)
+        profile = profile_workers(cluster, spec, args.batch, em.session_target,
+                                  {n: d.pid for n, d in em.devices.items()},
+                                  whole_step_device=whole_step_device(budgets(cluster), spec, args.batch))
+        cal = calibrated(profile, spec)  # reported beside the plan's own prediction (planner/calibrate.py)
         out["profile_s"] = round(time.time() - t0, 1)
         stats = model_stats(spec, args.batch)
         planned = plan(profile, spec, groups=1, batch=args.batch).groups[0]
@@ -105,6 +105,9 @@ def main():
         even, even_assign = even_layout(spec, devices)
         pred = {"planned": planned.prediction.step_ms,
                 "even": predict(group, stats, even_assign, profile_batch=profile.batch).step_ms}
+        cal_group = [cal.device(n) for n in planned.names]
+        cal_pred = {k: predict(cal_group, stats, a, profile_batch=profile.batch).step_ms
+                    for k, a in (("planned", dict(planned.layout.sizes)), ("even", even_assign))}
         layouts = {"planned": planned.layout, "even": even}
         runners = {k: LayoutRunner(spec, lay, args.batch, em.session_target, master, container=k)
                    for k, lay in layouts.items()}
@@ -120,8 +123,11 @@ def main():
         for k in ("planned", "even"):
             out[k] = {"predicted_step_ms": round(pred[k], 2), "measured_median_step_ms": round(med[k], 2),
                       "predicted_over_measured": round(pred[k] / med[k], 3),
+                      "calibrated_predicted_step_ms": round(cal_pred[k], 2),
+                      "calibrated_over_measured": round(cal_pred[k] / med[k], 3),
                       "examples_per_sec": round(args.batch * 1e3 / med[k], 1), "steps": len(times[k])}
         out["planned_over_even_throughput"] = round(med["even"] / med["planned"], 3)
+        out["compute_scale"] = cal.compute_scale
 
     out["memory"] = {}
     for model in [m for m in args.memory_models.split(",") if m]:

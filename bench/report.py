@@ -60,10 +60,12 @@ def planner_section(rec, out_dir) -> tuple[str, list[str]]:
         return "\n".join(text), []
     pts = {k: res[k] for k in ("planned", "even") if k in res}
     rows = [[k, fmt(v["predicted_step_ms"], 1, " ms"), fmt(v["measured_median_step_ms"], 1, " ms"),
-             fmt(v["predicted_over_measured"], 3), v.get("steps")] for k, v in pts.items()]
+             fmt(v["predicted_over_measured"], 3), fmt(v.get("calibrated_over_measured"), 3), v.get("steps")]
+            for k, v in pts.items()]
     text.append(f"`{res['model']}` on {res['dataset']}, batch {res['batch']}, one group over the workers of "
                 f"`{res['cluster']}`; measured steps are medians over the number of steps shown.\n")
-    text.append(table(["Layout", "Predicted", "Measured", "Predicted ÷ measured", "Steps"], rows) + "\n")
+    text.append(table(["Layout", "Predicted", "Measured", "Predicted ÷ measured",
+                       "Calibrated ÷ measured (`planner/calibrate.py`, not used by the plan)", "Steps"], rows) + "\n")
     text.append(f"Planned over even throughput: {fmt(res.get('planned_over_even_throughput'), 3)}×.\n")
     mem = res.get("memory", {})
     if mem:

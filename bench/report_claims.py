@@ -39,7 +39,18 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
                                                     or "(whole model)")
             + (f" — step predicted {fmt(g['predicted_step_ms'], 0)} ms, measured {fmt(g['measured_step_ms'], 0)} ms "
                f"({fmt(g['predicted_over_measured'], 2)}×)" if "measured_step_ms" in g else "")
+            + (f"; calibrated to the whole step timed while profiling: {fmt(g['calibrated_predicted_step_ms'], 0)} ms "
+               f"({fmt(g['calibrated_over_measured'], 2)}×)" if "calibrated_over_measured" in g else "")
             for g in p.get("groups", [])))
+    for m, d in modes.items():
+        if "calibrated_over_measured" in d and m not in ("filter_split", "hybrid"):
+            text.append(f"- `{m}`: step measured {fmt(d['median_step_ms'][0], 0)} ms, predicted "
+                        f"{fmt(d['predicted_step_ms'], 0)} ms ({fmt(d['predicted_over_measured'], 2)}×), calibrated "
+                        f"{fmt(d['calibrated_predicted_step_ms'], 0)} ms ({fmt(d['calibrated_over_measured'], 2)}×)")
+    if res.get("compute_scale") not in (None, 1.0):
+        text.append(f"- Calibration (`planner/calibrate.py`, not used by the plan): layer times × "
+                    f"{fmt(res['compute_scale'], 3)}, the factor that makes the cost model predict the whole step "
+                    "timed on one device while profiling.")
     text.append("")
     checks = res.get("checks", {})
     if checks:

@@ -5,13 +5,18 @@ over-predict the real training step, which runs the layers back to back in one e
 Pi-class cluster by ~1.2x for VGG-16, alone and in split groups alike (`bench/edgemesh_claims.py`,
 predicted over measured 1.22 and 1.26 before this calibration). So the profiler also times a few
 real steps of the whole model on one device (`DeviceProfile.whole_step_ms`), and every device's
-layer times are scaled by the factor that makes the cost model predict that step:
+layer times can be scaled by the factor that makes the cost model predict that step:
 
     scale = (whole_step_ms - base_ms) / compute_ms     (the device alone, at the profile's batch)
 
 base_ms is the cost model's per-step cost outside the layers (`cost.base_ms`). One factor for all
 devices: the overhead is the runtime's, not the device's (the two measured groups above agree
 within 3%). With no device measured the profile is left as measured.
+
+Measured on pi4 (VGG-16, batch 32) the factor makes a device alone exact but a split group
+under-predicted (0.75x its measured step): a slice of a layer costs more than its share of the
+whole layer's time, which the layer-by-layer times happened to include. So `plan` uses it only when
+asked (`plan(..., calibrate=True)`); the benchmarks report both predictions beside the measurement.
 """
 from __future__ import annotations
 
