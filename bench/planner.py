@@ -19,10 +19,13 @@ Prints one JSON object.
 """
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
 from edgemesh_tf.data import IMAGE_SHAPES
