@@ -42,7 +42,7 @@ from edgemesh_tf.mesh.layout import Layout, single_device_layout  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import model_stats, plan, predict  # noqa: E402
 from edgemesh_tf.profile.profiler import read_vm_kb  # noqa: E402
-from edgemesh_tf.planner.calibrate import calibrated, whole_step_device  # noqa: E402
+from edgemesh_tf.planner.calibrate import calibrated, steps_to_time  # noqa: E402
 from edgemesh_tf.profile.run import budgets, profile_workers  # noqa: E402
 from edgemesh_tf.profile.step_timer import LayoutRunner, measure_side_by_side, reset_peak  # noqa: E402
 
@@ -236,11 +236,12 @@ def main():
     with emulated_cluster(cluster, memory="off") as em:
         profile = profile_workers(cluster, spec, args.batch, em.session_target,
                                   {n: d.pid for n, d in em.devices.items()},
-                                  whole_step_device=whole_step_device(budgets(cluster), spec, args.batch))
+                                  **steps_to_time(budgets(cluster), spec, args.batch))
     _progress("profiled", t_start)
     # the planner plans from the layer times as measured; the calibrated prediction is reported beside it
     cal = calibrated(profile, spec)
     out["compute_scale"] = cal.compute_scale
+    out["split_overhead_ms"] = cal.devices[0].split_overhead_ms
     stats = model_stats(spec, args.batch)
 
     def calibrated_step_ms(names, sizes) -> float:

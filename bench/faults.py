@@ -14,7 +14,8 @@
      re-admitted and ASHL re-plans with it); and two model-parallel groups of two devices (edge1
      killed: its group is re-planned over edge0 and re-admitted; edge1 restarted: the group comes
      back on both devices)
-Every scenario runs on a fresh testbed (a and d run their two jobs on the same one). Devices are killed with SIGKILL at the chief's first
+Every scenario runs on a testbed of its own; its runs share it (a killed server is started again
+before the next run, as a rebooted device would come back). Devices are killed with SIGKILL at the chief's first
 record that meets the scenario's condition. --quick: lower target, shorter budgets (a smoke run).
 """
 import argparse
@@ -89,20 +90,23 @@ def scenario_a(cluster, args, work):
 def scenario_b(cluster, args, work):
     rows = []
     victim = cluster.workers[1].name
-    for label, sync, when in (
-            ("BSP", SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.t >= args.b_kill_s),
-            ("SHL", SyncConfig(strategy="ashl"), lambda r: isinstance(r, records.Phase) and r.new == "shl")):
-        with emulated_cluster(cluster) as em:
+    with emulated_cluster(cluster) as em:  # the victim's server is started again between the two runs
+        for label, sync, when in (
+                ("BSP", SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.t >= args.b_kill_s),
+                ("SHL", SyncConfig(strategy="ashl"), lambda r: isinstance(r, records.Phase) and r.new == "shl")):
+            if not em.is_running(victim):  # killed by the run before
+                em.restart_device(victim)
             final, killed, wall = _job(cluster, em, args, os.path.join(work, "b-" + label), sync,
                                        kill=(victim, when), time_budget_s=args.b_budget_s, target_accuracy=None)
-        finished = isinstance(final, dict) and final["why"].startswith("time budget")
-        rows.append({"scenario": "b", "what": f"{label}: device {victim} killed"
-                     + (f" at {args.b_kill_s:.0f} s" if label == "BSP" else " at the switch to SHL"),
-                     "killed_at_s": killed.get("t"), "finished": finished, "wall_s": wall,
-                     "budget_s": args.b_budget_s, "lost_groups": _lost(final),
-                     "ok": bool(killed) and finished and _lost(final) == [victim],
-                     "error": None if isinstance(final, dict) else str(final)})
+            finished = isinstance(final, dict) and final["why"].startswith("time budget")
+            rows.append({"scenario": "b", "what": f"{label}: device {victim} killed"
+                         + (f" at {args.b_kill_s:.0f} s" if label == "BSP" else " at the switch to SHL"),
+                         "killed_at_s": killed.get("t"), "finished": finished, "wall_s": wall,
+                         "budget_s": args.b_budget_s, "lost_groups": _lost(final),
+                         "ok": bool(killed) and finished and _lost(final) == [victim],
+                         "error": None if isinstance(final, dict) else str(final)})
     return rows
+
 
 
 def scenario_c(cluster, args, work):
@@ -112,9 +116,10 @@ def scenario_c(cluster, args, work):
         err, killed, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
                               kill=(ps, lambda r: isinstance(r, records.Checkpoint) and r.global_steps > 0))
         stopped_after = round(time.monotonic() - killed["at"], 1) if killed else None
-    named = isinstance(err, PSLost) and "/job:ps/task:0 (%s)" % ps in str(err)
-    ckpt = [r for r in records.read(logdir) if isinstance(r, records.Checkpoint)][-1]
-    with emulated_cluster(cluster) as em:
+        named = isinstance(err, PSLost) and "/job:ps/task:0 (%s)" % ps in str(err)
+        ckpt = [r for r in records.read(logdir) if isinstance(r, records.Checkpoint)][-1]
+        if killed:  # the ps comes back empty, at the same address, as a rebooted machine would
+            em.restart_device(ps)
         final, _, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
                            time_budget_s=ckpt.t + 5.0)
     resume = [r for r in records.read(logdir) if isinstance(r, records.Resume)]
@@ -187,36 +192,37 @@ def _planned_groups(cluster):
     return group(0, 1, 2 / 3), group(2, 3, 1 / 2)
 
 
-def _readmission_run(cluster, args, logdir, label, sync, groups, victim, budget_s):
+def _readmission_run(cluster, em, args, logdir, label, sync, groups, victim, budget_s):
     """Kills `victim` once training has begun, restarts its server once its group is lost (and,
-    for a multi-device group, once that group was re-planned and re-admitted without it)."""
+    for a multi-device group, once that group was re-planned and re-admitted without it), on the
+    testbed `em`."""
     cfg = job_config(cluster, groups, sync=sync, logdir=logdir, time_budget_s=budget_s, eval_interval_s=0.5,
                      checkpoint_interval_s=30.0, lost_after_s=3.0, wait_timeout_s=60.0)
     group = next(g.name for g in groups if victim in cfg.names_of(g.layout["devices"]))
     multi = len(next(g for g in groups if g.name == group).layout["devices"]) > 1
     out, row = {}, {"scenario": "e", "what": label}
-    with emulated_cluster(cluster) as em:
-        def train():
-            try:
-                out["final"] = run_job(cfg, cluster, testbed=em, fast_setup=True)
-            except Exception as e:  # noqa: BLE001 - reported in the row, its traceback on stderr
-                traceback.print_exc()
-                out["error"] = repr(e)
-        job = threading.Thread(target=train, daemon=True)
-        job.start()
-        started = _first(logdir, lambda r: isinstance(r, records.Eval) and r.global_steps >= 20
-                         and r.phase != "profiling", job, 240)
-        if started:
-            os.kill(em.devices[victim].pid, signal.SIGKILL)
-            row["killed_at_s"] = started.t
-            lost = _first(logdir, lambda r: isinstance(r, records.Lost) and r.group == group, job, 60)
-            if lost and multi:
-                first = _first(logdir, lambda r: isinstance(r, records.Readmitted) and r.group == group, job, 60)
-                row["replanned_over"] = first and first.devices
-            if lost:
-                em.restart_device(victim)
-                row["device_restarted_at_s"] = round(records.read(logdir)[-1].t, 1)
-        job.join(budget_s + 180)
+
+    def train():
+        try:
+            out["final"] = run_job(cfg, cluster, testbed=em, fast_setup=True)
+        except Exception as e:  # noqa: BLE001 - reported in the row, its traceback on stderr
+            traceback.print_exc()
+            out["error"] = repr(e)
+    job = threading.Thread(target=train, daemon=True)
+    job.start()
+    started = _first(logdir, lambda r: isinstance(r, records.Eval) and r.global_steps >= 20
+                     and r.phase != "profiling", job, 240)
+    if started:
+        os.kill(em.devices[victim].pid, signal.SIGKILL)
+        row["killed_at_s"] = started.t
+        lost = _first(logdir, lambda r: isinstance(r, records.Lost) and r.group == group, job, 60)
+        if lost and multi:
+            first = _first(logdir, lambda r: isinstance(r, records.Readmitted) and r.group == group, job, 60)
+            row["replanned_over"] = first and first.devices
+        if lost:
+            em.restart_device(victim)
+            row["device_restarted_at_s"] = round(records.read(logdir)[-1].t, 1)
+    job.join(budget_s + 180)
     recs = records.read(logdir)
     final = out.get("final")
     readmits = [r for r in recs if isinstance(r, records.Readmitted) and r.group == group]
@@ -240,14 +246,18 @@ def _readmission_run(cluster, args, logdir, label, sync, groups, victim, budget_
 
 def scenario_e(cluster, args, work):
     victim = cluster.workers[1].name
-    return [_readmission_run(cluster, args, os.path.join(work, "e-ashl"),
-                             f"ASHL, one group per device: {victim} killed, then its server restarted",
-                             SyncConfig(strategy="ashl", shl_loss=1e-9), default_groups(cluster, 32), victim,
-                             args.e_budget_s),
-            _readmission_run(cluster, args, os.path.join(work, "e-planned"),
-                             f"ASP, two groups of two devices: {victim} killed (its group re-planned over the "
-                             "device left), then its server restarted", SyncConfig(strategy="asp"),
-                             _planned_groups(cluster), victim, args.e_budget_s)]
+    rows = []
+    with emulated_cluster(cluster) as em:  # both runs on one testbed, every server running at each start
+        for name, label, sync, groups in (
+                ("e-ashl", f"ASHL, one group per device: {victim} killed, then its server restarted",
+                 SyncConfig(strategy="ashl", shl_loss=1e-9), default_groups(cluster, 32)),
+                ("e-planned", f"ASP, two groups of two devices: {victim} killed (its group re-planned over the "
+                 "device left), then its server restarted", SyncConfig(strategy="asp"), _planned_groups(cluster))):
+            if not em.is_running(victim):  # the run before ended before its restart
+                em.restart_device(victim)
+            rows.append(_readmission_run(cluster, em, args, os.path.join(work, name), label, sync, groups, victim,
+                                         args.e_budget_s))
+    return rows
 
 
 def main():
@@ -255,7 +265,7 @@ def main():
     ap.add_argument("--cluster", default="layouts/edge4.yaml")
     ap.add_argument("--target", type=float, default=0.97)
     ap.add_argument("--budget_s", type=float, default=120.0, help="training budget of the runs to target (s)")
-    ap.add_argument("--b_budget_s", type=float, default=30.0, help="training budget of scenario b's runs (s)")
+    ap.add_argument("--b_budget_s", type=float, default=20.0, help="training budget of scenario b's runs (s)")
     ap.add_argument("--b_kill_s", type=float, default=8.0, help="when scenario b kills a device during BSP (s)")
     ap.add_argument("--d_budget_s", type=float, default=40.0, help="training budget of scenario d's runs (s)")
     ap.add_argument("--e_budget_s", type=float, default=60.0, help="training budget of scenario e's runs (s)")

@@ -27,19 +27,10 @@ from edgemesh_tf.cluster import emulated_cluster  # noqa: E402
 from edgemesh_tf.cluster.emulator import free_ports  # noqa: E402
 from edgemesh_tf.cluster.spec import parse_cluster  # noqa: E402
 from edgemesh_tf.data import IMAGE_SHAPES  # noqa: E402
-from edgemesh_tf.mesh.layout import Layout, even_split, single_device_layout  # noqa: E402
+from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import memory  # noqa: E402
 from edgemesh_tf.planner.model_stats import model_stats  # noqa: E402
-
-
-def even_layout(spec, devices):
-    """Every split dim with at least one unit per device split as evenly as integers allow; (layout,
-    {dim: shares})."""
-    k = len(devices)
-    shares = {n: even_split(u, k) for n, u in spec.split_dims().items() if u >= k}
-    return Layout(mesh=(("model", k),), devices=tuple(devices), rules=tuple((n, "model") for n in shares),
-                  sizes=tuple(shares.items())), shares
 
 
 def measure(spec, batch: int, ways: int, steps: int) -> tuple[list[tuple[list[int], int]], int]:
@@ -60,7 +51,7 @@ def measure(spec, batch: int, ways: int, steps: int) -> tuple[list[tuple[list[in
         if ways == 1:
             layout, shares = single_device_layout(devices[0]), {}
         else:
-            layout, shares = even_layout(spec, devices)
+            layout, shares = even_split_layout(spec.split_dims(), devices)
         m = measure_memory(spec, layout, batch, em.session_target, em.device("chief"),
                            {n: em.devices[n].pid for n in names + ["chief"]}, names + ["chief"], steps=steps)
     return ([([shares[d.name][i] if d.name in shares else d.units for d in stats.dims], m.peak_bytes[n])

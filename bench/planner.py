@@ -29,22 +29,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
 from edgemesh_tf.data import IMAGE_SHAPES
-from edgemesh_tf.mesh.layout import Layout, even_split, single_device_layout
+from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan, predict
-from edgemesh_tf.planner.calibrate import calibrated, whole_step_device
+from edgemesh_tf.planner.calibrate import calibrated, steps_to_time
 from edgemesh_tf.profile.run import budgets, profile_workers
 from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
 from edgemesh_tf.profile.step_timer import LayoutRunner, measure_memory, measure_side_by_side
-
-
-def even_layout(spec, devices):
-    """Every split dim with at least one unit per device, split as evenly as integers allow."""
-    k = len(devices)
-    shares = {n: even_split(u, k) for n, u in spec.split_dims().items() if u >= k}
-    layout = Layout(mesh=(("model", k),), devices=tuple(devices),
-                    rules=tuple((n, "model") for n in shares), sizes=tuple(shares.items()))
-    return layout, shares
 
 
 def planning_scale(sizes=(16, 64, 256), seed=0):
@@ -98,14 +89,14 @@ def main():
         t0 = time.time()
         profile = profile_workers(cluster, spec, args.batch, em.session_target,
                                   {n: d.pid for n, d in em.devices.items()},
-                                  whole_step_device=whole_step_device(budgets(cluster), spec, args.batch))
+                                  **steps_to_time(budgets(cluster), spec, args.batch))
         cal = calibrated(profile, spec)  # reported beside the plan's own prediction (planner/calibrate.py)
         out["profile_s"] = round(time.time() - t0, 1)
         stats = model_stats(spec, args.batch)
         planned = plan(profile, spec, groups=1, batch=args.batch).groups[0]
         group = [profile.device(n) for n in planned.names]
         devices = [em.device(n) for n in planned.names]
-        even, even_assign = even_layout(spec, devices)
+        even, even_assign = even_split_layout(spec.split_dims(), devices)
         pred = {"planned": planned.prediction.step_ms,
                 "even": predict(group, stats, even_assign, profile_batch=profile.batch).step_ms}
         cal_group = [cal.device(n) for n in planned.names]
@@ -143,7 +134,8 @@ def main():
                 if mode == "one_device":
                     layout, devs = single_device_layout(em.device(workers[0])), workers[:1]
                 else:
-                    layout, devs = even_layout(mem_spec, [em.device(n) for n in workers])[0], workers
+                    layout = even_split_layout(mem_spec.split_dims(), [em.device(n) for n in workers])[0]
+                    devs = workers
                 peaks[mode] = measure_memory(mem_spec, layout, args.memory_batch, em.session_target, master, pids,
                                              devs, steps=2).peak_bytes
         out["memory"][model] = {

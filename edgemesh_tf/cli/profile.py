@@ -31,7 +31,7 @@ def main(argv):
     from edgemesh_tf.data import IMAGE_SHAPES
     from edgemesh_tf.cluster import load_cluster
     from edgemesh_tf.models import get_model
-    from edgemesh_tf.planner.calibrate import whole_step_device
+    from edgemesh_tf.planner.calibrate import steps_to_time
     from edgemesh_tf.profile.run import budgets, profile_cluster
     from edgemesh_tf.profile.types import save_profile
 
@@ -39,7 +39,7 @@ def main(argv):
     try:
         cluster = load_cluster(FLAGS.cluster)
         profile = profile_cluster(cluster, spec, FLAGS.batch, emulate=FLAGS.emulate, repeats=FLAGS.repeats,
-                                  whole_step_device=whole_step_device(budgets(cluster), spec, FLAGS.batch))
+                                  **steps_to_time(budgets(cluster), spec, FLAGS.batch))
     except ValueError as e:
         raise SystemExit("edgemesh profile: %s" % e)
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)

@@ -178,6 +178,10 @@ class EmulatedCluster:
         logging.info("device %s restarted (pid %d)", name, p.pid)
         return self.devices[name]
 
+    def is_running(self, name: str) -> bool:
+        """Whether device `name`'s server process is still running (not killed, not exited)."""
+        return self._procs[name].poll() is None
+
     def check(self) -> None:
         """Raises RuntimeError naming any child process that has exited."""
         dead = ["%s (pid %d, exit code %s, log %s)%s" % (n, p.pid, p.returncode, _log_path(self.run_dir, n),

@@ -216,3 +216,12 @@ def save_layout(layout: Layout, path: str, header: str = "") -> None:
 def single_device_layout(device: str = "cpu:0") -> Layout:
     """Everything replicated on one device (the unsplit model)."""
     return Layout(mesh=(("model", 1),), devices=(normalize_device(device),))
+
+
+def even_split_layout(split_dims: Mapping[str, int], devices: Sequence[str]) -> tuple[Layout, dict[str, tuple[int, ...]]]:
+    """Every split dim ({name: units}, a model's ``split_dims()``) with at least one unit per device
+    split over ``devices`` as evenly as integers allow; (the layout, {dim: shares})."""
+    k = len(devices)
+    shares = {n: even_split(u, k) for n, u in split_dims.items() if u >= k}
+    return Layout(mesh=(("model", k),), devices=tuple(devices), rules=tuple((n, "model") for n in shares),
+                  sizes=tuple(shares.items())), shares

@@ -1,22 +1,24 @@
-"""Calibrating the profile's layer times by one measured whole-model step (pure).
+"""Calibrating the cost model by real training steps timed while profiling (pure).
 
 The profiler times each layer alone (its own run, its input generated on the device). Summed, these
-over-predict the real training step, which runs the layers back to back in one executor: on the
-Pi-class cluster by ~1.2x for VGG-16, alone and in split groups alike (`bench/edgemesh_claims.py`,
-predicted over measured 1.22 and 1.26 before this calibration). So the profiler also times a few
+over-predict a device training alone, which runs the layers back to back in one executor: on the
+Pi-class cluster by ~1.2x for VGG-16 (`bench/edgemesh_claims.py`). So the profiler also times a few
 real steps of the whole model on one device (`DeviceProfile.whole_step_ms`), and every device's
-layer times can be scaled by the factor that makes the cost model predict that step:
+layer times are scaled by the factor that makes the cost model predict that step:
 
     scale = (whole_step_ms - base_ms) / compute_ms     (the device alone, at the profile's batch)
 
 base_ms is the cost model's per-step cost outside the layers (`cost.base_ms`). One factor for all
-devices: the overhead is the runtime's, not the device's (the two measured groups above agree
-within 3%). With no device measured the profile is left as measured.
+devices: the overhead is the runtime's, not the device's (two groups measured on pi4 agreed within
+3%). Scaled alone, a split group was then under-predicted (0.75x its measured step on pi4): a slice
+of a layer costs more than its share of the layer (its ops' fixed costs, the lowering's slicing and
+concatenation, one more message per layer). So the profiler also times an even split over the two
+largest budgets (`Profile.split_step_ms`), and the ms it takes beyond the scaled model's prediction,
+per split layer, becomes every device's `split_overhead_ms`, charged by the cost model with each
+split layer's gather.
 
-Measured on pi4 (VGG-16, batch 32) the factor makes a device alone exact but a split group
-under-predicted (0.75x its measured step): a slice of a layer costs more than its share of the
-whole layer's time, which the layer-by-layer times happened to include. So `plan` uses it only when
-asked (`plan(..., calibrate=True)`); the benchmarks report both predictions beside the measurement.
+`plan` calibrates only when asked (`plan(..., calibrate=True)`); the benchmarks report the
+calibrated prediction beside the plan's own. With nothing timed the profile is left as measured.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import math
 import statistics
 from typing import Mapping
 
+from edgemesh_tf.mesh.layout import even_split_layout
 from edgemesh_tf.models.spec import ModelSpec
 from edgemesh_tf.planner import cost
 from edgemesh_tf.planner.model_stats import ModelStats, model_stats
@@ -47,6 +50,26 @@ def whole_step_device(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -
         return None
     name = max(budgets, key=lambda n: budgets[n])
     return name if alone_memory_bytes(model_stats(spec, batch)) <= budgets[name] else None
+
+
+def split_step_devices(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> tuple[str, ...]:
+    """The two largest memory budgets (bytes), to time an even split of the model over, if the memory
+    model predicts each holds its half (the first also the session); () otherwise."""
+    if len(budgets) < 2:
+        return ()
+    pair = tuple(sorted(budgets, key=lambda n: -budgets[n])[:2])
+    stats = model_stats(spec, batch)
+    _, shares = even_split_layout(spec.split_dims(), pair)
+    held = [[shares[d.name][i] if d.name in shares else d.units for d in stats.dims] for i in range(2)]
+    need = [f + sum(int(math.ceil(cost.MEMORY.per_unit_bytes(d, stats.batch))) * h for d, h in zip(stats.dims, hs))
+            for f, hs in zip(cost.fixed_memory_bytes(stats, 2), held)]
+    return pair if all(b <= budgets[n] for n, b in zip(pair, need)) else ()
+
+
+def steps_to_time(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> dict:
+    """The profiler's keyword arguments of what to time for calibration (``profile.run.profile_workers``)."""
+    return {"whole_step_device": whole_step_device(budgets, spec, batch),
+            "split_step_devices": split_step_devices(budgets, spec, batch)}
 
 
 def compute_scale(profile: Profile, spec: ModelSpec) -> float | None:
@@ -76,4 +99,23 @@ def calibrated(profile: Profile, spec: ModelSpec) -> Profile:
         return profile
     devices = tuple(dataclasses.replace(d, layers=tuple(LayerTiming(t.name, t.compute_ms * f, t.spread_ms * f)
                                                         for t in d.layers)) for d in profile.devices)
-    return dataclasses.replace(profile, devices=devices, compute_scale=round(f, 4))
+    scaled = dataclasses.replace(profile, devices=devices, compute_scale=round(f, 4))
+    o = split_overhead_ms(scaled, spec)
+    if o:
+        scaled = dataclasses.replace(scaled, devices=tuple(dataclasses.replace(d, split_overhead_ms=round(o, 3))
+                                                           for d in scaled.devices))
+    return scaled
+
+
+def split_overhead_ms(profile: Profile, spec: ModelSpec) -> float:
+    """What each split layer adds to a step (ms, >= 0): the measured even split step
+    (``Profile.split_step_ms``) minus the cost model's prediction of it without this term, over the
+    number of split layers; 0 when no split step was timed. Fitted on the profile's own devices
+    (times already scaled by ``compute_scale``); applied to every group, whatever its size."""
+    if profile.split_step_ms <= 0 or len(profile.split_step_devices) < 2:
+        return 0.0
+    stats = model_stats(spec, profile.batch)
+    group = [dataclasses.replace(profile.device(n), split_overhead_ms=0.0) for n in profile.split_step_devices]
+    _, shares = even_split_layout(spec.split_dims(), profile.split_step_devices)
+    predicted = cost.predict(group, stats, shares).step_ms
+    return max(0.0, (profile.split_step_ms - predicted) / len(shares)) if shares else 0.0

@@ -231,8 +231,9 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     batch: examples per group per step (default: the profile's batch; compute scales linearly).
     chunks: coarse share granularity (see ``division.quantum``).
     staleness_penalty: s of the objective (see the module docstring), >= 0.
-    calibrate: scale the layer times to the whole step timed while profiling (``calibrate``). Off by
-      default: it makes single devices exact but split groups under-predicted (0.75x measured on pi4).
+    calibrate: calibrate the cost model by the steps timed while profiling (``calibrate``: the layer
+      times scaled to a whole step, a split overhead fitted to a split step). Off by default until it
+      is shown to predict measured steps better (bench/edgemesh_claims.py reports both).
     Raises PlanError when nothing fits in memory.
     """
     if not profile.devices:

@@ -10,7 +10,8 @@ Per device i (lat_i one-way ms, ov_i = round trip of an empty run, bw_i Mbit/s),
   t_i       = 1.5 * ov_i + 8 * b * image / bw_i          started by the master, then its input batch
   forward   : done_i = t_i + c_i,l / 3   (c: forward+backward ms of the device's share; backward ~ 2x forward)
               split layer: t_i = max(done_i, max_s (done_s + lat_s + lat_i)) + recv_i,l
-              (the gather is direct; recv: its bytes over the device's link, as in ``cost``)
+              (the gather is direct; recv: its bytes over the device's link, as in ``cost``, plus
+              the layer's calibrated split overhead, 0 unless calibrated)
   backward  : t_i += 2 c_i,l / 3; a split layer with an input gradient ends in a collective that
               every device waits for: t_i = max_j t_j + reduce_l, a reduce-scatter when the
               previous layer is split, else a ring allreduce (``cost``)
@@ -44,7 +45,7 @@ def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignme
     for dim, co in zip(stats.dims, coeffs):
         shares = assignment.get(dim.name) if k > 1 else None
         compute = co.compute_ms(shares)
-        recv = [r * (co.units - s) for r, s in zip(co.recv_ms_per_unit, shares)] if shares else None
+        recv = [co.split_ms + r * (co.units - s) for r, s in zip(co.recv_ms_per_unit, shares)] if shares else None
         reduce_ms = (co.reduce_ms if previous_split else co.allreduce_ms) if shares else 0.0
         layers.append((compute, recv, reduce_ms))
         previous_split = shares is not None

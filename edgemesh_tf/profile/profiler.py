@@ -75,10 +75,13 @@ def fit_link(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> tuple[flo
 
 def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfile], session_target: str,
                     master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_device: str | None = None,
-                    whole_step_repeats: int = 3, config: tf.ConfigProto | None = None) -> Profile:
+                    split_step_devices: Sequence[str] = (), whole_step_repeats: int = 3,
+                    config: tf.ConfigProto | None = None) -> Profile:
     """Measures every device in ``devices``; ``master_device`` is where transfers are received.
     whole_step_device: the name of a device to also time ``whole_step_repeats`` real training steps
-    of the whole model on, alone (its ``whole_step_ms``; it must hold the model)."""
+    of the whole model on, alone (its ``whole_step_ms``; it must hold the model).
+    split_step_devices: names of devices to time as many steps of the model split evenly over
+    (``Profile.split_step_ms``; each must hold its part)."""
     shapes = layer_shapes(spec, batch)
     idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
     graph = tf.Graph()
@@ -125,24 +128,28 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                                      peak_memory_bytes=peak))
             logging.info("profiled %s in %.1f s: %s", d.name, time.perf_counter() - t0,
                          ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings))
+    from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout
+    by_name = {d.name: d.device for d in devices}
     if whole_step_device is not None:
         i = [d.name for d in devices].index(whole_step_device)
-        ms = whole_step_ms(spec, batch, devices[i].device, session_target, master_device, whole_step_repeats)
+        ms = layout_step_ms(spec, batch, single_device_layout(by_name[whole_step_device]), session_target,
+                            master_device, whole_step_repeats)
         out[i] = dataclasses.replace(out[i], whole_step_ms=round(ms, 2))
+    split_ms = 0.0
+    if split_step_devices:
+        layout, _ = even_split_layout(spec.split_dims(), [by_name[n] for n in split_step_devices])
+        split_ms = round(layout_step_ms(spec, batch, layout, session_target, master_device, whole_step_repeats), 2)
     return Profile(model=spec.name, batch=batch, image_shape=spec.image_shape, num_classes=spec.num_classes,
-                   devices=tuple(out))
+                   devices=tuple(out), split_step_ms=split_ms, split_step_devices=tuple(split_step_devices))
 
 
-def whole_step_ms(spec: ModelSpec, batch: int, device: str, session_target: str, master_device: str,
-                  repeats: int) -> float:
-    """Median ms of ``repeats`` training steps of the whole model alone on ``device`` (after one
-    warm-up step), built as training builds it (the lowering, the optimizer, the input fed from the
-    client)."""
-    from edgemesh_tf.mesh.layout import single_device_layout
+def layout_step_ms(spec: ModelSpec, batch: int, layout, session_target: str, master_device: str,
+                   repeats: int) -> float:
+    """Median ms of ``repeats`` training steps of ``spec`` under ``layout`` (after one warm-up step),
+    built as training builds it (the lowering, the optimizer, the input fed from the client)."""
     from edgemesh_tf.profile.step_timer import LayoutRunner  # it imports this module
-    container = "profile_whole_step"
-    runner = LayoutRunner(spec, single_device_layout(device), batch, session_target, master_device,
-                          container=container)
+    container = "profile_layout_step"
+    runner = LayoutRunner(spec, layout, batch, session_target, master_device, container=container)
     try:
         runner.step_ms()
         return statistics.median(runner.step_ms() for _ in range(repeats))

@@ -37,6 +37,8 @@ class DeviceProfile:
     whole_step_ms: median of a few real training steps of the whole model on this device alone at the
       profile's batch (ms; 0 = not measured). The planner calibrates every device's layer times by it
       (``planner.calibrate``).
+    split_overhead_ms: what a split layer adds to a step beyond its modelled compute and transfers
+      (ms; 0 = as profiled): fitted by ``planner.calibrate`` from the profile's split step.
     """
 
     name: str
@@ -48,6 +50,7 @@ class DeviceProfile:
     step_overhead_ms: float = 0.0
     peak_memory_bytes: int = 0
     whole_step_ms: float = 0.0
+    split_overhead_ms: float = 0.0
 
     def layer_ms(self, name: str) -> float:
         for t in self.layers:
@@ -68,6 +71,9 @@ class Profile:
     devices: tuple[DeviceProfile, ...]
     ps_bandwidth_mbit: float = 1000.0
     compute_scale: float = 1.0  # the factor the layer times were multiplied by (1.0: as measured)
+    # a few real training steps of the model split evenly over these devices (ms; 0: not measured)
+    split_step_ms: float = 0.0
+    split_step_devices: tuple[str, ...] = ()
 
     def device(self, name: str) -> DeviceProfile:
         for d in self.devices:
@@ -146,14 +152,21 @@ def profile_from_dict(d: dict, source: str = "<profile>") -> Profile:
             latency_ms=_field(source, where, dev, "latency_ms", "number"),
             step_overhead_ms=_field(source, where, dev, "step_overhead_ms", "number", optional=True, default=0.0),
             peak_memory_bytes=_field(source, where, dev, "peak_memory_bytes", "int", optional=True, default=0),
-            whole_step_ms=_field(source, where, dev, "whole_step_ms", "number", optional=True, default=0.0)))
+            whole_step_ms=_field(source, where, dev, "whole_step_ms", "number", optional=True, default=0.0),
+            split_overhead_ms=_field(source, where, dev, "split_overhead_ms", "number", optional=True, default=0.0)))
+    split_devices = d.get("split_step_devices", [])
+    if not (isinstance(split_devices, list) and all(n in names for n in split_devices)):
+        raise InputError("%s: field 'split_step_devices' must be a list of the profile's device names (%s), got %r"
+                         % (source, sorted(names), split_devices))
     return Profile(model=_field(source, "", d, "model", "str"), batch=_field(source, "", d, "batch", "int", positive=True),
                    image_shape=tuple(shape), num_classes=_field(source, "", d, "num_classes", "int", positive=True),
                    devices=tuple(devices),
                    ps_bandwidth_mbit=_field(source, "", d, "ps_bandwidth_mbit", "number", positive=True, optional=True,
                                             default=1000.0),
                    compute_scale=_field(source, "", d, "compute_scale", "number", positive=True, optional=True,
-                                        default=1.0))
+                                        default=1.0),
+                   split_step_ms=_field(source, "", d, "split_step_ms", "number", optional=True, default=0.0),
+                   split_step_devices=tuple(split_devices))
 
 
 def load_profile(path: str) -> Profile:

@@ -66,8 +66,9 @@ def test_lost_device_group_is_replanned_then_readmitted_whole(tmp_path):
         restarted = _wait_for(logdir, lambda r: isinstance(r, records.Restarted), "a restart on edge0", 30, job)
         readmitted = _wait_for(logdir, lambda r: isinstance(r, records.Readmitted), "the re-admission", 60, job)
         old_pid = em.devices["edge1"].pid
+        assert not em.is_running("edge1") and em.is_running("edge0")
         em.restart_device("edge1")
-        assert em.devices["edge1"].pid != old_pid
+        assert em.devices["edge1"].pid != old_pid and em.is_running("edge1")
         again = _wait_for(logdir, lambda r: isinstance(r, records.Readmitted) and r.t > readmitted.t,
                           "the re-admission on both devices", 60, job)
         job.join(120)

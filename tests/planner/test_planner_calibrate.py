@@ -5,8 +5,8 @@ import pytest
 
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan
-from edgemesh_tf.planner.calibrate import (alone_memory_bytes, calibrated, compute_scale,
-                                           whole_step_device)
+from edgemesh_tf.planner.calibrate import (alone_memory_bytes, calibrated, compute_scale, split_step_devices,
+                                           steps_to_time, whole_step_device)
 from edgemesh_tf.planner.cost import predict
 
 from planner_util import flops_device, profile
@@ -58,3 +58,29 @@ def test_the_whole_step_is_timed_on_the_largest_budget_only_if_the_model_fits_it
     assert whole_step_device({}, SPEC, 32) is None
     # the bound is the cost model's own prediction of the device alone
     assert predict([dataclasses.replace(_profile().devices[0], memory_bytes=need)], STATS, {}).memory_bytes[0] == need
+
+
+def test_the_split_overhead_makes_the_cost_model_predict_the_measured_split_step():
+    from edgemesh_tf.mesh.layout import even_split_layout
+    p = _profile(whole=predict([_profile().devices[0]], STATS, {}).step_ms)  # compute as profiled (factor 1)
+    _, shares = even_split_layout(SPEC.split_dims(), ("a", "b"))
+    modelled = predict(list(p.devices), STATS, shares).step_ms
+    measured = modelled + 3.0 * len(shares)  # each split layer costs 3 ms more than modelled
+    cal = calibrated(dataclasses.replace(p, split_step_ms=measured, split_step_devices=("a", "b")), SPEC)
+    assert all(d.split_overhead_ms == pytest.approx(3.0, abs=1e-3) for d in cal.devices)
+    assert predict(list(cal.devices), STATS, shares).step_ms == pytest.approx(measured, rel=1e-4)
+    # a device alone splits nothing: the overhead does not touch it
+    assert predict([cal.devices[0]], STATS, {}).step_ms == pytest.approx(predict([p.devices[0]], STATS, {}).step_ms,
+                                                                          rel=1e-3)
+    # a split step faster than modelled is no negative overhead
+    fast = dataclasses.replace(p, split_step_ms=modelled / 2, split_step_devices=("a", "b"))
+    assert all(d.split_overhead_ms == 0 for d in calibrated(fast, SPEC).devices)
+
+
+def test_the_split_step_is_timed_on_the_two_largest_budgets_if_each_holds_its_half():
+    need = 2 * alone_memory_bytes(STATS)  # a small model: the runtime, not the weights, decides
+    assert split_step_devices({"a": need, "b": need // 8, "c": need}, SPEC, 32) == ("a", "c")
+    assert split_step_devices({"a": need, "b": need // 8, "c": need // 8}, SPEC, 32) == ()
+    assert split_step_devices({"a": need}, SPEC, 32) == ()
+    assert steps_to_time({"a": need, "c": need}, SPEC, 32) == {"whole_step_device": "a",
+                                                               "split_step_devices": ("a", "c")}

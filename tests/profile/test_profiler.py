@@ -45,7 +45,7 @@ def test_profile_edge2(vgg_digits, tmp_path):
         # Batch 256: layers of a few ms would be timed within one 10 ms cgroup period, where the
         # quota's quantisation, not the configured speed, decides the ratio.
         profile = profile_devices(vgg_digits, 256, devices, em.session_target, em.device("chief"),
-                                  whole_step_device="fast")
+                                  whole_step_device="fast", split_step_devices=("fast", "slow"))
         assert time.perf_counter() - t0 < 60
         fast, slow = profile.device("fast"), profile.device("slow")
         assert [t.name for t in fast.layers] == list(vgg_digits.split_dims())
@@ -56,6 +56,7 @@ def test_profile_edge2(vgg_digits, tmp_path):
         # a real step of the whole model, timed on the one device asked for; it runs the layers summed
         # above (and more: the optimizer, the input fed), so it is of their order
         assert slow.whole_step_ms == 0 and 0.3 * sum(t.compute_ms for t in fast.layers) < fast.whole_step_ms
+        assert profile.split_step_devices == ("fast", "slow") and profile.split_step_ms > 0
         path = str(tmp_path / "p.json")
         save_profile(profile, path)
         assert load_profile(path) == profile
@@ -75,13 +76,18 @@ def test_profile_edge2(vgg_digits, tmp_path):
 def test_a_calibrated_profile_round_trips_through_its_file(tmp_path):
     from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
     p = Profile("vgg", 32, (8, 8, 1), 10, (DeviceProfile("a", "/job:worker/task:0", (LayerTiming("conv1", 2.0),),
-                                                         1 << 30, 100.0, 1.0, whole_step_ms=12.5),),
-                compute_scale=0.8)
+                                                         1 << 30, 100.0, 1.0, whole_step_ms=12.5,
+                                                         split_overhead_ms=2.0),),
+                compute_scale=0.8, split_step_ms=30.0, split_step_devices=("a",))
     save_profile(p, str(tmp_path / "p.json"))
     assert load_profile(str(tmp_path / "p.json")) == p
     bad = tmp_path / "neg.json"
     bad.write_text(p.to_json().replace('"compute_scale": 0.8', '"compute_scale": -1'))
     with pytest.raises(ValueError, match=r"neg.json: field 'compute_scale' must be a finite number > 0"):
+        load_profile(str(bad))
+    bad.write_text(p.to_json().replace('"split_step_devices": [\n  "a"\n ]', '"split_step_devices": ["zz"]'))
+    with pytest.raises(ValueError, match=r"neg.json: field 'split_step_devices' must be a list of the profile's device "
+                                         r"names \(\['a'\]\), got \['zz'\]"):
         load_profile(str(bad))
 
 
