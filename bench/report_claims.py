@@ -50,9 +50,9 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
     if res.get("compute_scale") not in (None, 1.0):
         text.append(f"- Calibration (`planner/calibrate.py`, not used by the plan): layer times × "
                     f"{fmt(res['compute_scale'], 3)}, the factor that makes the cost model predict the whole step "
-                    "timed on one device while profiling, and "
-                    f"{fmt(res.get('split_overhead_ms'), 1)} ms per split layer, fitted to an even split step "
-                    "timed on two devices.")
+                    "timed on one device while profiling"
+                    + (f", and {fmt(res['split_overhead_ms'], 1)} ms per split layer, fitted to an even split step "
+                       "timed on two devices" if res.get("split_overhead_ms") is not None else "") + ".")
     text.append("")
     checks = res.get("checks", {})
     if checks:
