@@ -193,6 +193,19 @@ def test_variants_are_compared_with_their_strategy_as_published():
     assert len(v["ashl_project"]["ratio_to_baseline_ci95"]) == 2 and 0 < v["ashl_project"]["p"] <= 1
 
 
+def test_the_homogeneous_check_is_undecided_when_neither_reaches_the_target():
+    out = _assembled()
+    assert out["checks"]["homogeneous_ashl_over_adsp_le_1.10"]["pass"] is True  # both reached there
+    args = _args()
+    args.budget_s = 90.0
+    clusters = {"heterogeneous": _cluster("layouts/edge4.yaml", {"adsp": ADSP, "ashl": ASHL}),
+                "homogeneous": _cluster("layouts/homo4.yaml", {"ashl": [None, None], "adsp": [None, None]})}
+    out = tta.assemble(args, clusters, estimate=1.0, wall=1.0, workdir="/tmp/tta-x", interrupted=False)
+    check = out["checks"]["homogeneous_ashl_over_adsp_le_1.10"]
+    assert out["homogeneous_ashl_over_adsp"] == 1.0 and check["pass"] is None and "two budgets" in check["undecided"]
+    assert not out["all_checks_pass"]
+
+
 def test_checks_carry_value_threshold_and_result():
     checks = _assembled()["checks"]
     assert checks["adsp_median_ge_30s"] == {"value": 56, "threshold": ">= 30 s", "pass": True,
