@@ -315,9 +315,10 @@ def main():
         rec = out["modes"].get(f"alone:{n}", {})
         if rec.get("median_step_ms"):
             raw = predict([profile.device(n)], stats, {}, profile_batch=profile.batch).step_ms
-            rec.update(predicted_step_ms=round(raw, 1), calibrated_predicted_step_ms=calibrated_step_ms([n], ()),
+            cal_ms = calibrated_step_ms([n], ())
+            rec.update(predicted_step_ms=round(raw, 1), calibrated_predicted_step_ms=cal_ms,
                        predicted_over_measured=round(raw / rec["median_step_ms"][0], 3),
-                       calibrated_over_measured=round(calibrated_step_ms([n], ()) / rec["median_step_ms"][0], 3))
+                       calibrated_over_measured=round(cal_ms / rec["median_step_ms"][0], 3))
     if "hybrid" not in timed:
         out["errors"].append("hybrid: the planned grid ran out of memory: %s" % out["modes"]["hybrid"]["out_of_memory"])
     out["checks"] = claims(out)

@@ -23,7 +23,6 @@ calibrated prediction beside the plan's own. With nothing timed the profile is l
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from typing import Mapping
 
@@ -39,8 +38,7 @@ SCALE_RANGE = (0.25, 4.0)  # a factor outside this is a failed measurement, not 
 def alone_memory_bytes(stats: ModelStats) -> int:
     """Bytes the cost model predicts one device needs to train the whole model alone (the session
     hosted on it)."""
-    return cost.fixed_memory_bytes(stats, 1)[0] + sum(
-        int(math.ceil(cost.MEMORY.per_unit_bytes(d, stats.batch))) * d.units for d in stats.dims)
+    return cost.held_memory_bytes(stats, [[d.units for d in stats.dims]])[0]
 
 
 def whole_step_device(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> str | None:
@@ -61,8 +59,7 @@ def split_step_devices(budgets: Mapping[str, int], spec: ModelSpec, batch: int) 
     stats = model_stats(spec, batch)
     _, shares = even_split_layout(spec.split_dims(), pair)
     held = [[shares[d.name][i] if d.name in shares else d.units for d in stats.dims] for i in range(2)]
-    need = [f + sum(int(math.ceil(cost.MEMORY.per_unit_bytes(d, stats.batch))) * h for d, h in zip(stats.dims, hs))
-            for f, hs in zip(cost.fixed_memory_bytes(stats, 2), held)]
+    need = cost.held_memory_bytes(stats, held)
     return pair if all(b <= budgets[n] for n, b in zip(pair, need)) else ()
 
 

@@ -155,6 +155,14 @@ def fixed_memory_bytes(stats: ModelStats, k: int) -> list[int]:
     return [fixed + MEMORY.session_host_bytes(stats, k)] + [fixed] * (k - 1)
 
 
+def held_memory_bytes(stats: ModelStats, held: Sequence[Sequence[int]]) -> list[int]:
+    """Predicted peak bytes of each device of a ``len(held)``-device group, device i holding
+    ``held[i][l]`` units of ``stats.dims[l]`` (the memory terms of ``predict``, without a profile)."""
+    per_unit = [int(math.ceil(MEMORY.per_unit_bytes(d, stats.batch))) for d in stats.dims]
+    fixed = fixed_memory_bytes(stats, len(held))
+    return [f + sum(u * h for u, h in zip(per_unit, units)) for f, units in zip(fixed, held)]
+
+
 def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_mbit: float = math.inf) -> float:
     """Push + pull of the whole model: each device moves its ~1/k of the whole tensors (they are
     spread over the group by bytes) over its own link, the whole model through the PS's link."""
