@@ -26,8 +26,8 @@ Time: `--help` ends with the estimate of the defaults by the time model in tta_p
 --estimate prints it for any arguments): 37 runs, ~60 min; `make bench` runs it with --variants ''
 (23 runs, ~35 min) and `make bench-variants` the variants. The group processes are kept warm across
 the runs of a cluster (engine/warm.py: TensorFlow and the dataset loaded once) and set up with the
-devices' CPU quotas lifted (run_job's fast_setup, restored before the clock starts), so a run's
-set-up is ~15 s (mostly the warm-up's pull and dense push over edge3's 10 Mbit/s) instead of ~40.
+devices' CPU quotas and link rates lifted (run_job's fast_setup, restored before the clock starts and
+lifted again once the model at the stop is pulled), so a run's set-up is ~7 s instead of ~40.
 Every --variants entry is compared with its strategy as published (`base_of`), whose runs are
 interleaved with its own. A run whose job fails (e.g. a group that could not start) is made again
 once; its record lists the failure under `failed_attempts`. --max_minutes caps the wall time:

@@ -89,6 +89,7 @@ class EmulatedCluster:
         self._closed = False
         self._cpu: dict[str, tuple[cgroup.CpuGroup, float, int]] = {}  # name -> (cgroup, calibrated cores, period µs)
         self._slowdown: dict[str, float] = {}  # name -> factor of `set_slowdown` in force
+        self._tbf: list[tuple[str | None, str, float]] = []  # every rate limit: (netns, interface, Mbit/s)
         self._cmds: dict[str, list[str]] = {}  # device name -> the command that started its server
         self.exit_codes: dict[str, int] = {}  # filled by close(): 0 = clean exit on SIGTERM
 
@@ -142,6 +143,28 @@ class EmulatedCluster:
         """Every device back at its quota: calibrated, or slowed by `set_slowdown` (undoes `lift_quotas`)."""
         for name, (group, cores, period_us) in self._cpu.items():
             group.set_quota(cores / self._slowdown.get(name, 1.0), period_us)
+
+    def lift_links(self) -> None:
+        """Every link's (and shared medium's) tbf at netns.LIFTED_MBIT until `restore_links`: for a
+        job's set-up (a warm-up's dense pull and push of vgg_m take ~8 s over edge3's 10 Mbit/s) and
+        wind-down, which no measurement counts. Latency stays. No-op without network namespaces."""
+        for ns, interface, _ in self._tbf:
+            netns.set_rate(interface, netns.LIFTED_MBIT, ns)
+
+    def restore_links(self) -> None:
+        """Every link back at the rate its cluster file says (undoes `lift_links`)."""
+        for ns, interface, rate in self._tbf:
+            netns.set_rate(interface, rate, ns)
+
+    def lift_limits(self) -> None:
+        """`lift_quotas` and `lift_links`."""
+        self.lift_quotas()
+        self.lift_links()
+
+    def restore_limits(self) -> None:
+        """`restore_quotas` and `restore_links`."""
+        self.restore_quotas()
+        self.restore_links()
 
     def _spawn_server(self, name: str, mode: str) -> subprocess.Popen:
         with open(_log_path(self.run_dir, name), mode) as log:
@@ -248,6 +271,8 @@ def _plan_netns(cluster: EmulatedCluster, run: state_lib.RunState):
         run.record("links", {"netns": link.netns, "host_if": link.host_if})
         netns.create(link)
         links[d.name] = link
+        if d.bandwidth_mbit:
+            cluster._tbf += [(None, link.host_if, d.bandwidth_mbit), (link.netns, link.ns_if, d.bandwidth_mbit)]
         addrs[d.name] = "%s:%d" % (link.ns_ip if direct else link.host_ip, d.port)
         if direct:
             netns.enable_forwarding(link.host_if)
@@ -256,6 +281,7 @@ def _plan_netns(cluster: EmulatedCluster, run: state_lib.RunState):
         ifb = netns.medium_name(run.run_id, k)
         run.record("links", {"netns": "", "host_if": ifb})
         netns.create_medium(ifb, rate, [links[n].host_if for n in members])
+        cluster._tbf.append((None, ifb, rate))
         cluster.media[medium] = {"bandwidth_mbit": rate, "devices": members, "how": "one tbf on ifb " + ifb}
     if direct:
         cluster.latency = "direct"

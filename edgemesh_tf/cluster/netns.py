@@ -109,6 +109,15 @@ def create(link: Link) -> None:
         run("tc", "qdisc", "add", "dev", link.ns_if, "root", *tbf_args(link.bandwidth_mbit), netns=link.netns)
 
 
+LIFTED_MBIT = 10000.0  # `set_rate` to this for a job's set-up and wind-down: no emulated link limits them
+
+
+def set_rate(interface: str, rate_mbit: float, netns: str | None = None) -> None:
+    """Changes the root tbf of `interface` (in `netns`) to `rate_mbit` Mbit/s (tc qdisc change:
+    connections and queues stay)."""
+    run("tc", "qdisc", "change", "dev", interface, "root", *tbf_args(rate_mbit), netns=netns)
+
+
 def enable_forwarding(host_if: str) -> None:
     """Lets the root namespace route packets arriving on this veth (direct routing); the setting
     goes away with the veth."""

@@ -57,10 +57,11 @@ class Chief:
     def __init__(self, cfg: JobConfig, target: str, emit: Callable[[records.Record], None] = lambda rec: None,
                  exited_groups: Callable[[], dict] = dict, wait_groups: Callable[[float], None] = lambda t: None,
                  rejoin: Callable[[dict, float], list] = lambda lost, t: [],
-                 before_start: Callable[[], None] = lambda: None):
+                 before_start: Callable[[], None] = lambda: None, after_stop: Callable[[], None] = lambda: None):
         self.cfg, self.target = cfg, target
         self.exited_groups, self.wait_groups, self.rejoin = exited_groups, wait_groups, rejoin
         self.before_start = before_start  # called once every group is ready, before the clock starts
+        self.after_stop = after_stop  # called once the global model at the stop is pulled: nothing after is measured
         self.stop_request = self.t0 = None  # why to stop (str); monotonic s training began
         self._replica = threading.Lock()  # the chief's own replica: evaluations (a thread) and checkpoints
         self.data = load_dataset(cfg.dataset, cfg.data_path)
@@ -132,14 +133,17 @@ class Chief:
             self._run(sess, self.g.pull)
             return self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()})
 
-    def _evaluate(self, sess, full: bool = False) -> tuple[float, float]:
-        """The global model's (accuracy on the evaluation subset or all test data, training-subset loss)."""
+    def _evaluate(self, sess, full: bool = False, cancelled: Callable[[], bool] = lambda: False,
+                  pulled: Callable[[], None] = lambda: None) -> tuple[float, float] | None:
+        """The global model's (accuracy on the evaluation subset or all test data, training-subset
+        loss); None if cancelled() turned true. pulled(): called once the model is pulled."""
         with self._replica:
             self._run(sess, self.g.pull)
+            pulled()
             self._run(sess, self.g.train.copy_masters_to_slices)
             x, y = (self.data.test_x, self.data.test_y) if full else (self.eval_x, self.eval_y)
             return evaluate(lambda f, feeds: self._run(sess, f, feeds), self.g.train, x, y, self.loss_x, self.loss_y,
-                            EVAL_BATCH)
+                            EVAL_BATCH, cancelled)
 
     def _evaluated(self, action: decide.Evaluated) -> None:
         self.report.eval(action.record, action.totals, action.controls)
@@ -200,13 +204,11 @@ class Chief:
         self.t0 = time.monotonic()
         self.machine.begin()
         self._write_global(sess)
-        why = self._loop(sess)
-        stop_t = self.elapsed()
-        self._write_global(sess, stop=True)
-        # The final accuracy is the global model's at the stop: a round still in flight would push work
-        # done after it (past the budget, or after the target was reached). The evaluation runs while
-        # the groups finish that round (up to a dense push over the slowest link).
-        at_stop = self._evaluate(sess, full=True)
+        why, stop_t = self._loop(sess)  # the stop flag is up
+        # The final accuracy is the global model's at the stop, pulled now: a round still in flight would
+        # push work done after it (past the budget, or after the target was reached). The groups finish
+        # that round (up to a dense push over the slowest link) while the chief evaluates.
+        at_stop = self._evaluate(sess, full=True, pulled=self.after_stop)
         # their last pushes go into the checkpoint; one silent for lost_after_s would be declared lost anyway
         self.wait_groups(min(cfg.wait_timeout_s, cfg.lost_after_s))
         stats, counters = self._read(sess)
@@ -232,9 +234,11 @@ class Chief:
                                    % (missing, self.cfg.ps_device, self.cfg.startup_timeout_s))
             time.sleep(TICK_S)
 
-    def _loop(self, sess) -> str:
-        """Ticks until the machine says stop; returns why."""
-        evaluator = Evaluator(lambda: self._evaluate(sess), self.elapsed, self.cfg.eval_interval_s).start()
+    def _loop(self, sess) -> tuple[str, float]:
+        """Ticks until the machine says stop; raises the stop flag and returns (why, clock s of the stop).
+        An evaluation in flight is cancelled, not waited for."""
+        evaluator = Evaluator(lambda cancelled: self._evaluate(sess, cancelled=cancelled), self.elapsed,
+                              self.cfg.eval_interval_s).start()
         try:
             while True:
                 time.sleep(TICK_S)
@@ -244,7 +248,9 @@ class Chief:
                                        evaluator.results(), self.stop_request)
                 for action in self.machine.step(snap):
                     if isinstance(action, decide.Stop):
-                        return action.why
+                        stop_t = self.elapsed()
+                        self._write_global(sess, stop=True)
+                        return action.why, stop_t
                     if isinstance(action, records.Record):
                         self.emit(action)
                     else:

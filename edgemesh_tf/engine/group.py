@@ -67,6 +67,7 @@ class GroupRunner:
         self.timeout_ms = int(cfg.wait_timeout_s * 1000)
         self.incarnation = time.time()
         self._joining = False
+        self._setup = [("begin", time.monotonic())]  # (what ended, when): the set-up's parts, for the log
         self.data = load_dataset(cfg.dataset, cfg.data_path)
         layout = layout_from_dict(layout or self.spec_g.layout, source="group %s" % self.name)
         spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
@@ -75,6 +76,7 @@ class GroupRunner:
             learning_rate=cfg.learning_rate, momentum=cfg.momentum, seed=cfg.seed, group=self.name,
             error_feedback=cfg.sync.error_feedback, container=self._container(restart),
             weight_decay=cfg.sync.weight_decay)
+        self._setup.append(("graph built", time.monotonic()))
         self.restart = restart
         self.devices = sorted({"/job:ps"} | set(layout.devices))
         self.totals = {f: 0.0 for f in CUMULATIVE}
@@ -177,9 +179,15 @@ class GroupRunner:
         with tf.Session(self.target, graph=self.g.train.graph, config=config) as sess:
             self._run_again_if_lost(sess, [self.g.train.init_op, self.g.local_init])
             self.g.ps.wait_until_initialized(sess, timeout_s=cfg.startup_timeout_s)
+            self._setup.append(("initialised", time.monotonic()))
             self._warm_up(sess)
             self._report(sess, loss=float("nan"))
+            self._setup.append(("warm-up", time.monotonic()))
             _, vals = self._wait(sess, self._go, "the chief's start signal", cfg.startup_timeout_s)
+            self._setup.append(("start signal", time.monotonic()))
+            print("group %s set up in %.1f s: %s" % (self.name, self._setup[-1][1] - self._setup[0][1], ", ".join(
+                "%s %.1f s" % (what, t - before) for (_, before), (what, t) in zip(self._setup, self._setup[1:]))),
+                flush=True)
             if self.g.board.controls_of(vals)[self.name].lost:  # restarted: the chief re-admits it once it hears it
                 self._joining = True
                 self._wait(sess, lambda v: not self.g.board.controls_of(v)[self.name].lost,

@@ -170,8 +170,10 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
     with the group exit codes and the testbed). emit: every record of the job (records.py).
     testbed: an already running `EmulatedCluster` of `cluster` to use (and leave running). pool: a
     `warm.WarmGroups` whose processes run the group clients (a benchmark of many jobs on one testbed).
-    fast_setup: the testbed's CPU quotas are lifted while the groups set up (first graph runs, warm-up)
-    and restored before the chief starts the clock; no measured figure changes, a job starts sooner."""
+    fast_setup: the testbed's CPU quotas and link rates are lifted while the groups set up (first graph
+    runs, warm-up) and restored before the chief starts the clock, and lifted again once the chief has
+    pulled the global model at the stop (the groups' rounds in flight, the final evaluation); no
+    measured figure changes, a job starts and ends sooner."""
     by_device = {d.device_string: d.name for d in cluster.devices}
     started_here = testbed is None
     reach = reach_servers(cluster, emulate, up_kwargs) if started_here else contextlib.nullcontext(_of_testbed(testbed))
@@ -179,19 +181,19 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
         if started_here:  # a caller that passed its testbed has said what it is
             emit(records.Testbed(**servers.summary))
         launch = {g.name: servers.launch[by_device[g.layout["devices"][0]]] for g in cfg.groups}
-        restore_quotas = lambda: None  # noqa: E731
+        lift = restore = lambda: None  # noqa: E731
         if fast_setup and testbed is not None:
-            testbed.lift_quotas()
-            restore_quotas = testbed.restore_quotas
+            lift, restore = testbed.lift_limits, testbed.restore_limits
+            lift()
         groups = GroupProcesses(cfg, launch, pool)
         rejoiner = Rejoiner(cfg, groups, servers.launch, servers.addresses)
         try:
             chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait,
-                          rejoin=rejoiner.tick, before_start=restore_quotas)
+                          rejoin=rejoiner.tick, before_start=restore, after_stop=lift)
             with _stop_on_sigterm(chief):
                 final = chief.run()
         finally:  # the chief already waited for them to leave; a group still running now is stuck (or the chief failed)
-            restore_quotas()  # also when the job failed before its start
+            restore()  # also when the job failed before its start
             codes = groups.stop(min(5.0, cfg.wait_timeout_s))
         return dataclasses.replace(final, group_exit_codes=codes, testbed=servers.summary).to_dict()
 

@@ -99,8 +99,16 @@ def test_up_run_ops_and_down_leaves_nothing():
             cluster.restore_quotas()
             assert cluster._cpu[name][0].quota_us() / period == pytest.approx(cores / 2, rel=0.01)
             cluster.set_slowdown(name, 1.0)
-            host_if = netns.link_for(run_id, cluster.run.data["slot"], 0 if name == "w0" else 1, name, None).host_if
-            assert "tbf" in netns.run("tc", "qdisc", "show", "dev", host_if).stdout
+            link = netns.link_for(run_id, cluster.run.data["slot"], 0 if name == "w0" else 1, name, None)
+            shown = lambda: (netns.run("tc", "qdisc", "show", "dev", link.host_if).stdout  # noqa: E731
+                             + netns.run("tc", "qdisc", "show", "dev", link.ns_if, netns=link.netns).stdout)
+            limited = shown()
+            assert limited.count("tbf") == 2, limited
+            # both directions lifted for a job's set-up, then back at the file's rate
+            cluster.lift_links()
+            assert limited != shown() and shown().count("rate 10Gbit") == 2, shown()
+            cluster.restore_links()
+            assert shown() == limited
         # Delay applied (not missing, not doubled); the margin absorbs scheduling on a busy 2-core machine.
         assert 0.9 * 8.0 <= measure.latency_ms(cluster.devices["w1"].address) <= 8.0 + 3.0
         assert measure.latency_ms(cluster.devices["ps0"].address) < 1.0

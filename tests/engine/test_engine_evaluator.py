@@ -13,7 +13,7 @@ def test_results_come_in_order_at_the_interval_and_errors_reach_the_caller():
     t0 = time.monotonic()
     elapsed = lambda: time.monotonic() - t0
 
-    def evaluate():
+    def evaluate(cancelled):
         calls.append(threading.current_thread().name)
         if len(calls) == 4:
             raise RuntimeError("the ps is gone")
@@ -35,9 +35,49 @@ def test_results_come_in_order_at_the_interval_and_errors_reach_the_caller():
 
 def test_stop_is_bounded_and_says_whether_the_thread_ended():
     release = threading.Event()
-    ev = Evaluator(lambda: (release.wait(5), (0.5, 0.5))[1], lambda: 0.0, interval_s=0.01).start()
+    ev = Evaluator(lambda cancelled: (release.wait(5), (0.5, 0.5))[1], lambda: 0.0, interval_s=0.01).start()
     t = time.monotonic()
     assert not ev.stop(0.2)  # stuck in an evaluation
     assert time.monotonic() - t < 1.0
     release.set()
     assert ev.stop(2.0)
+
+
+def test_stop_cancels_an_evaluation_that_checks_and_drops_its_result():
+    started = threading.Event()
+
+    def evaluate(cancelled):  # an evaluation of many batches that checks between them
+        started.set()
+        for _ in range(500):
+            if cancelled():
+                return None
+            time.sleep(0.01)
+        return 0.5, 0.5
+
+    ev = Evaluator(evaluate, lambda: 0.0, interval_s=0.01).start()
+    assert started.wait(5)
+    t = time.monotonic()
+    assert ev.stop(2.0)  # ended within a batch, not after the whole 5 s evaluation
+    assert time.monotonic() - t < 1.0
+    assert ev.results() == []
+
+
+def test_evaluate_stops_between_batches_once_cancelled():
+    import numpy as np
+
+    from edgemesh_tf.engine.evaluator import evaluate
+
+    class Graph:
+        logits, loss, images, labels = "logits", "loss", "images", "labels"
+
+    runs = []
+
+    def run(fetch, feeds):
+        runs.append(fetch)
+        return np.zeros((4, 3)) if fetch == "logits" else 0.0
+
+    x, y = np.zeros((12, 2, 2, 1), np.float32), np.zeros(12, np.int64)
+    assert evaluate(run, Graph, x, y, x, y, 4) == (1.0, 0.0)  # 3 test batches, 3 loss batches
+    runs.clear()
+    assert evaluate(run, Graph, x, y, x, y, 4, cancelled=lambda: len(runs) >= 2) is None
+    assert runs == ["logits", "logits"]

@@ -1,14 +1,15 @@
 """Warm group processes (engine/warm.py): one process serves job after job, each job's output in
 its own log; a stopped one is replaced; two identical BSP jobs in the same warm processes end
 with the same weights (nothing of the first job leaks into the second), also when the second sets up
-with the devices' CPU quotas lifted (fast_setup: restored before training starts)."""
+and winds down with the devices' CPU quotas and link rates lifted (fast_setup: restored before
+training starts, lifted again once the model at the stop is pulled, restored at the end)."""
 import json
 import os
 
 import numpy as np
 import pytest
 
-from edgemesh_tf.cluster import emulated_cluster
+from edgemesh_tf.cluster import emulated_cluster, netns
 from edgemesh_tf.cluster.spec import load_cluster
 from edgemesh_tf.engine import checkpoint, records
 from edgemesh_tf.engine.config import GroupSpec, SyncConfig
@@ -49,16 +50,23 @@ def test_two_identical_bsp_jobs_in_warm_processes_end_with_the_same_weights(tmp_
         for i in range(2):
             cfg = job_config(cluster, groups, sync=SyncConfig(strategy="bsp"), learning_rate=0.05, max_rounds=3,
                              time_budget_s=120, eval_interval_s=1.0, logdir=str(tmp_path / str(i)))
-            quotas = []  # the devices' CPU quotas (µs) at each evaluation: during training
+            quotas, rates = [], []  # the devices' CPU quotas (µs) and link rates at each evaluation
 
-            def emit(rec, quotas=quotas):
+            def emit(rec, quotas=quotas, rates=rates):
                 if isinstance(rec, records.Eval):
                     quotas.append({n: g.quota_us() for n, (g, _, _) in em._cpu.items()})
-            # the second job sets up with the quotas lifted (fast_setup): the same training, started sooner
+                    rates.append(_link_rates(em))
+            # the second job sets up and winds down with the limits lifted (fast_setup): the same
+            # training, started and ended sooner
             final = run_job(cfg, cluster, testbed=em, pool=pool, fast_setup=bool(i), emit=emit)
             assert final["group_exit_codes"] == {"fast": 0, "slow": 0}
             calibrated = {n: round(cores * period) for n, (_, cores, period) in em._cpu.items()}
-            assert quotas and all(q == calibrated for q in quotas), (quotas, calibrated)
+            # every evaluation during training at the limits; the one at the stop (the last) after them
+            assert len(quotas) >= 2 and all(q == calibrated for q in quotas[:-1]), (quotas, calibrated)
+            assert all(r == rates[0] for r in rates[:-1]) and min(rates[0]) < 1000, rates
+            if i:
+                assert quotas[-1] == {n: -1 for n in calibrated} and min(rates[-1]) >= 1000, (quotas, rates)
+            assert em._cpu["fast"][0].quota_us() == calibrated["fast"] and _link_rates(em) == rates[0]  # restored
             weights.append(checkpoint.load(final["checkpoint"])[0])
             pids.append(pool.pids())
             with open(tmp_path / str(i) / "groups" / "fast.jsonl") as f:
@@ -66,3 +74,19 @@ def test_two_identical_bsp_jobs_in_warm_processes_end_with_the_same_weights(tmp_
     assert pids[0] == pids[1]  # the same processes ran both jobs
     for name, w in weights[0].items():  # up to the order in which the ps sums the two pushes
         np.testing.assert_allclose(weights[1][name], w, atol=1e-5, rtol=0, err_msg=name)
+
+
+def _link_rates(em) -> list[float]:
+    """The rate (Mbit/s) of every tbf of the testbed, as `tc` shows it."""
+    out = []
+    for ns, interface, _ in em._tbf:
+        shown = netns.run("tc", "qdisc", "show", "dev", interface, netns=ns).stdout
+        out.append(_mbit(shown.split(" rate ")[1].split()[0]))
+    return out
+
+
+def _mbit(rate: str) -> float:
+    for unit, scale in (("Gbit", 1000.0), ("Mbit", 1.0), ("Kbit", 0.001), ("bit", 1e-6)):
+        if rate.endswith(unit):
+            return float(rate[:-len(unit)]) * scale
+    raise ValueError("tc rate %r" % rate)
