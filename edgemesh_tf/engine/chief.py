@@ -196,7 +196,7 @@ class Chief:
         self.g.board.initialize(sess, cfg.wait_timeout_s)
         self.g.board.write_controls(sess, self.machine.controls, cfg.wait_timeout_s)
         self._write_global(sess, heartbeat=0.0)
-        self.g.ps.initialize(sess, weights, timeout_s=cfg.wait_timeout_s)
+        self.g.ps.initialize(sess, weights, timeout_s=cfg.wait_timeout_s, token=cfg.job_token)
         self._wait_for_groups(sess)
         self.before_start()
         self.g.ps.reset_counters(sess, cfg.wait_timeout_s)

@@ -332,7 +332,9 @@ class JobConfig(JobSettings):
     groups: the data-parallel groups; ps_device / chief_device: TF devices of the parameter server
     and of the chief; device_names: TF device string -> the device's name in the cluster file (for
     reports); device_info: {device name: {"speed", "predicted_memory_mib", "measured_memory_mib",
-    "predicted_step_ms"}}, whatever is known, for the layout picture.
+    "predicted_step_ms"}}, whatever is known, for the layout picture; job_token: what the chief sets
+    the ps's ready flag to and the groups wait for (a job on servers that ran one before must not
+    start on that job's flag, board or stop signal).
     """
 
     groups: tuple[GroupSpec, ...]
@@ -340,6 +342,7 @@ class JobConfig(JobSettings):
     chief_device: str = "/job:chief/task:0"
     device_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     device_info: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    job_token: int = 1  # set per launch by run_job: the ps's ready flag of this job (sync/ps.py)
 
     def __post_init__(self):
         if not self.groups:

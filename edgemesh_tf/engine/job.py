@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -175,6 +176,8 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
     pulled the global model at the stop (the groups' rounds in flight, the final evaluation); no
     measured figure changes, a job starts and ends sooner."""
     by_device = {d.device_string: d.name for d in cluster.devices}
+    # this launch's own ready flag: its groups must not start on one left by an earlier job on these servers
+    cfg = dataclasses.replace(cfg, job_token=secrets.randbelow(2 ** 62) + 2)
     started_here = testbed is None
     reach = reach_servers(cluster, emulate, up_kwargs) if started_here else contextlib.nullcontext(_of_testbed(testbed))
     with reach as servers:

@@ -116,7 +116,8 @@ class ParameterServer:
                             for v in list(self.commits.values()) + list(self.pulls.values())
                             + [self.version, self.rejected, self.ready]]
                 self._init_values = tf.group(*assigns)
-                self._set_ready = self.ready.assign(1, read_value=False)
+                self._ready_feed = tf.placeholder(tf.int64, [], name="ready_value")
+                self._set_ready = self.ready.assign(self._ready_feed, read_value=False)
                 self._zero_counters = tf.group(*[v.assign(zero, read_value=False) for v in
                                                  list(self.commits.values()) + list(self.pulls.values())
                                                  + [self.version, self.rejected]])
@@ -229,9 +230,12 @@ class ParameterServer:
 
     # -- session-time -------------------------------------------------------------------------------------------
 
-    def initialize(self, sess, values: Mapping[str, np.ndarray], timeout_s: float = 60.0) -> None:
+    def initialize(self, sess, values: Mapping[str, np.ndarray], timeout_s: float = 60.0, token: int = 1) -> None:
         """Chief only: sets the global tensors to `values` (every tensor), zeroes the counters, then
-        raises the ready flag that `wait_until_initialized` polls."""
+        raises the ready flag that `wait_until_initialized` polls, to `token` (!= 0): the job's own,
+        so that a group of the next job on the same servers does not take this job's flag for its own."""
+        if not token:
+            raise ValueError("initialize: the ready token must not be 0 (0 = not initialized)")
         missing = set(self.names) - set(values)
         if missing:
             raise ValueError("initialize: no values for %r" % sorted(missing))
@@ -243,7 +247,7 @@ class ParameterServer:
             feeds[self._init_feeds[n]] = v
         opts = tf.RunOptions(timeout_in_ms=int(timeout_s * 1000))
         sess.run(self._init_values, feeds, options=opts)
-        sess.run(self._set_ready, options=opts)
+        sess.run(self._set_ready, {self._ready_feed: token}, options=opts)
 
     def reset_counters(self, sess, timeout_s: float = 60.0) -> None:
         """Chief only: zeroes the commit counters, version and rejected count (e.g. after the groups'
@@ -257,16 +261,16 @@ class ParameterServer:
             run_idempotent(sess, self._set_counts[(kind, group)], {self._count_feed: int(value)}, timeout_s=timeout_s,
                            what="setting the %s count of group %s on %s" % (kind, group, self.ps_device))
 
-    def is_initialized(self, sess, timeout_s: float = 10.0) -> bool:
-        """True once the chief's `initialize` has finished (one bounded poll)."""
+    def is_initialized(self, sess, timeout_s: float = 10.0, token: int = 1) -> bool:
+        """True once the chief's `initialize` with `token` has finished (one bounded poll)."""
         opts = tf.RunOptions(timeout_in_ms=max(1, int(timeout_s * 1000)))
         if not sess.run(self._is_ready, options=opts):
             return False
-        return int(sess.run(self._ready_value, options=opts)) == 1
+        return int(sess.run(self._ready_value, options=opts)) == token
 
-    def wait_until_initialized(self, sess, timeout_s: float, poll_s: float = 0.1) -> float:
-        """Polls until the chief has initialized the global model; returns the seconds waited.
-        Raises TimeoutError naming the ps task and the flag after `timeout_s` seconds."""
+    def wait_until_initialized(self, sess, timeout_s: float, poll_s: float = 0.1, token: int = 1) -> float:
+        """Polls until the chief has initialized the global model with `token`; returns the seconds
+        waited. Raises TimeoutError naming the ps task and the flag after `timeout_s` seconds."""
         start = time.monotonic()
         deadline = start + timeout_s
         last_error = None
@@ -275,11 +279,11 @@ class ParameterServer:
             if remaining <= 0:
                 break
             try:
-                if self.is_initialized(sess, timeout_s=remaining):
+                if self.is_initialized(sess, timeout_s=remaining, token=token):
                     return time.monotonic() - start
             except (tf.errors.DeadlineExceededError, tf.errors.UnavailableError) as e:
                 last_error = e
             time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
-        raise TimeoutError("parameter server %s: global model %r (flag %s/ready) not initialized by the chief "
-                           "after %.1f s%s" % (self.ps_device, self.scope, self.scope, timeout_s,
+        raise TimeoutError("parameter server %s: global model %r (flag %s/ready = %d) not initialized by the chief "
+                           "after %.1f s%s" % (self.ps_device, self.scope, self.scope, token, timeout_s,
                                                "; last error: %s" % last_error.message if last_error else ""))

@@ -80,3 +80,19 @@ def test_a_long_round_sends_heartbeats_between_iterations(tmp_path):
         runner._one_round(sess, vals)
         reports[lost_after_s] = len(calls)
     assert reports[0.05] >= reports[100.0] + 3, reports  # (the profiling round reports once at its end anyway)
+
+
+def test_a_warm_process_reuses_a_graph_across_seeds_only(tmp_path):
+    """A warm process keeps the graphs it built: a job that differs only in its seed (which draws
+    initial values no step reads) reuses one; another group, option or restart container builds its own."""
+    cluster = load_cluster(os.path.join(ROOT, "layouts", "edge2.yaml"))
+
+    def runner(index=0, restart=0, seed=0, **sync):
+        cfg = job_config(cluster, default_groups(cluster, 8), sync=SyncConfig(strategy="ashl", **sync),
+                         logdir=str(tmp_path), seed=seed)
+        return GroupRunner(cfg, index, "grpc://127.0.0.1:1", restart=restart)
+
+    first = runner(seed=3)
+    assert runner(seed=4).g is first.g and runner(seed=4)._setup[1][0] == "graph reused"
+    others = [runner(index=1).g, runner(restart=1).g, runner(error_feedback=not first.cfg.sync.error_feedback).g]
+    assert all(g is not first.g for g in others) and len({id(g) for g in others}) == 3

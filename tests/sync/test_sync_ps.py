@@ -124,6 +124,8 @@ def test_two_groups_push_concurrently_to_the_ps():
                     assert time.monotonic() - t < 5.0
                     ps.initialize(sess, {"w": w0, "b": b0})
                     assert ps.wait_until_initialized(sess, timeout_s=5.0) < 5.0
+                    with pytest.raises(TimeoutError, match="ready = 2"):  # another job's flag is not this one's
+                        ps.wait_until_initialized(sess, timeout_s=0.5, token=2)
                     results = {name: _result(p, name) for name, p in clients}
                     got, cnt = sess.run([pulled, counters])
         finally:
