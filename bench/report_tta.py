@@ -169,7 +169,8 @@ def plot_seeds(res: dict, path: str) -> None:
             xs = [i + 0.3 * (k - (n - 1) / 2) / n for k in range(len(times))]
             ax.scatter([x for x, t in zip(xs, times) if t is not None], [t for t in times if t is not None],
                        s=22, color="tab:blue", zorder=3)
-            own = res.get("bsp_budget_s") or budget if s.get("sync", {}).get("strategy") == "bsp" else budget
+            own = s.get("budget_s") or (res.get("bsp_budget_s") or budget if s.get("sync", {}).get("strategy") == "bsp"
+                                        else budget)
             ax.scatter([x for x, t in zip(xs, times) if t is None], [own for t in times if t is None],
                        s=26, facecolors="none", edgecolors="tab:red", zorder=3)
             if s.get("time_to_target_s") is not None:
@@ -221,6 +222,9 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
                 + f" or at its budget of {res.get('budget_s')} s"
                 + (f" (BSP: {res['bsp_budget_s']} s, over twice ASHL's time, so that its unreached runs still tell "
                    "ASHL ≤ 0.5× BSP)" if res.get("bsp_budget_s") not in (None, res.get("budget_s")) else "")
+                + (f" ({res['homo_budget_s']} s on the homogeneous cluster, whose devices are each slower than "
+                   "edge4's fastest)" if res.get("homogeneous") and res.get("homo_budget_s") not in
+                   (None, res.get("budget_s")) else "")
                 + ". Seeds: {seeds.get('ashl_adsp')} "
                 f"for ASHL and ADSP, {seeds.get('other')} for the other strategies"
                 + (f", {seeds.get('variants')} per variant" if res.get("variants") else "")

@@ -1,7 +1,8 @@
 """Time to a target test accuracy per synchronisation strategy and ASHL variant, with statistics.
 
     python bench/time_to_accuracy.py [--cluster layouts/edge4.yaml] [--homo_cluster layouts/homo4.yaml]
-        [--dataset digits32] [--model vgg_m] [--target 0.92] [--budget_s 80] [--bsp_budget_s 150]
+        [--dataset digits32] [--model vgg_m] [--target 0.92] [--budget_s 90] [--bsp_budget_s 150]
+        [--homo_budget_s 120]
         [--strategies bsp,adsp,ashl] [--seeds 8] [--other_seeds 3]
         [--homo_strategies ashl,adsp] [--homo_seeds 2]
         [--variants ashl_project,ashl+error_feedback,...] [--variant_seeds 2] [--max_minutes 0]
@@ -13,7 +14,8 @@ iteration. A run's time to target is `stats.reached_at(curve, target, consecutiv
 evaluation from which the held-out accuracy stays >= --target for 3 evaluations in a row. The chief
 stops by the same rule (`target_evaluations=3`: a dip below the target starts the count again),
 --tail_s after it (default 0), or at --budget_s (BSP: --bsp_budget_s, over twice ASHL's time, so
-that its unreached runs still tell whether ASHL takes at most half of BSP's time).
+that its unreached runs still tell whether ASHL takes at most half of BSP's time; every run on
+--homo_cluster: --homo_budget_s).
 
 Runs are interleaved: seed 0 of every strategy and variant, then seed 1, ... (the order rotated
 each seed), one testbed per cluster, so that the machine's drift falls on all of them alike.
@@ -91,6 +93,7 @@ class ClusterRuns:
     def __init__(self, path, args, workdir):
         from edgemesh_tf.cluster import load_cluster
         self.path, self.args, self.workdir = path, args, workdir
+        self.homogeneous = path == args.homo_cluster
         self.cluster = load_cluster(path)
         self.runs: dict[str, list[dict]] = {}
         self.spacings: list[float] = []
@@ -113,7 +116,7 @@ class ClusterRuns:
                     cfg = job_config(cluster, default_groups(cluster, args.batch), sync=sync_config(name),
                                      model=args.model, dataset=args.dataset, target_accuracy=args.target,
                                      target_evaluations=CONSECUTIVE, stop_after_target_s=args.tail_s,
-                                     time_budget_s=budget_of(name, args),
+                                     time_budget_s=budget_of(name, args, self.homogeneous),
                                      eval_interval_s=args.eval_interval_s, checkpoint_interval_s=60.0, seed=seed,
                                      logdir=logdir)
                     t0 = time.monotonic()
@@ -169,11 +172,13 @@ def times_of(runs) -> list[float | None]:
 
 
 def summary(name: str, runs: list[dict], budget: float) -> dict:
+    """One strategy's runs: median time (unreached = `budget` s) with its CI, reach count, final
+    accuracies, traffic, waiting, the runs."""
     times = times_of(runs)
     med, ci = stats.median_ci(times, budget) if runs else (None, None)
     reached = sum(t is not None for t in times)
     finals = [r["accuracy"] for r in runs]
-    return {"sync": CONFIGS[name], "seeds": len(runs), "time_to_target_s": _r(med), "time_to_target_ci95": _rl(ci),
+    return {"sync": CONFIGS[name], "seeds": len(runs), "budget_s": budget, "time_to_target_s": _r(med), "time_to_target_ci95": _rl(ci),
             # a lower bound only where the unreached runs decide the median (counted as the budget or later)
             "time_is_lower_bound": reached < len(runs) and med != stats.median(times, 10 * budget),
             "reached": f"{reached}/{len(runs)}",
@@ -251,7 +256,8 @@ def assemble(args, clusters: dict, estimate: float, wall: float, workdir: str, i
     budget = args.budget_s
     out = {"format": 2, "dataset": args.dataset, "model": args.model, "target_accuracy": args.target,
            "consecutive_evaluations": CONSECUTIVE, "target_evaluations": CONSECUTIVE, "budget_s": budget,
-           "bsp_budget_s": budget_of("bsp", args), "eval_interval_s": args.eval_interval_s,
+           "bsp_budget_s": budget_of("bsp", args), "homo_budget_s": budget_of("ashl", args, True),
+           "eval_interval_s": args.eval_interval_s,
            "tail_s": args.tail_s, "batch_per_group": args.batch,
            "seeds": {"ashl_adsp": args.seeds, "other": args.other_seeds, "variants": args.variant_seeds,
                      "homogeneous": args.homo_seeds},
@@ -271,18 +277,19 @@ def assemble(args, clusters: dict, estimate: float, wall: float, workdir: str, i
         if c is None:
             continue
         strategies = [n for n in c.runs if n in STRATEGIES]
+        homo = key == "homogeneous"
         out[key] = {**c.info, "eval_spacing_s": _r(statistics.median(c.spacings), 2) if c.spacings else None,
-                    "strategies": {n: summary(n, c.runs[n], budget_of(n, args)) for n in strategies}}
+                    "strategies": {n: summary(n, c.runs[n], budget_of(n, args, homo)) for n in strategies}}
         for base in ("adsp", "bsp"):
             if "ashl" in c.runs and base in c.runs:
-                cmp = compare(c.runs["ashl"], c.runs[base], budget, budget_of(base, args))
+                cmp = compare(c.runs["ashl"], c.runs[base], budget_of("ashl", args, homo), budget_of(base, args, homo))
                 out[f"{label}ashl_over_{base}"] = cmp["ratio"]
                 out[f"{label}ashl_over_{base}_ci95"] = cmp["ci95"]
                 out[f"{label}ashl_over_{base}_p"] = cmp["p"]
             for n in strategies:
                 if n != base and base in c.runs:
-                    ratios[f"{label}{n}_over_{base}"] = compare(c.runs[n], c.runs[base], budget_of(n, args),
-                                                                budget_of(base, args))["ratio"]
+                    ratios[f"{label}{n}_over_{base}"] = compare(c.runs[n], c.runs[base], budget_of(n, args, homo),
+                                                                budget_of(base, args, homo))["ratio"]
     het = clusters.get("heterogeneous")
     variants = [v for v in _names(args.variants) if het and v in het.runs]
     if variants:
@@ -329,6 +336,9 @@ def parser(quick: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--bsp_budget_s", type=float, default=d["bsp_budget_s"],
                    help="BSP's own budget (s; 0: --budget_s): it waits on edge3's link every iteration and "
                    "needs over twice ASHL's time to tell ASHL <= 0.5x BSP")
+    p.add_argument("--homo_budget_s", type=float, default=d["homo_budget_s"],
+                   help="budget (s) of every run on --homo_cluster (0: as on --cluster); its devices are each "
+                   "slower than edge4's fastest")
     p.add_argument("--tail_s", type=float, default=0.0, help="training after the chief has seen the target in %d "
                    "evaluations in a row (s)" % CONSECUTIVE)
     p.add_argument("--eval_interval_s", type=float, default=d["eval_interval_s"])

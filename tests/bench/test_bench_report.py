@@ -161,3 +161,15 @@ def test_bsp_gets_a_budget_over_twice_ashls_time_in_make_bench():
     tta = {b.name: b for b in suite.BENCHES}["time_to_accuracy"]
     args = time_to_accuracy.parser().parse_args(list(tta.full))
     assert time_to_accuracy.budget_of("bsp", args) >= 2 * 64 > time_to_accuracy.budget_of("ashl", args)
+
+
+def test_the_homogeneous_cluster_has_its_own_budget_in_make_bench():
+    """homo4's devices are each slower than edge4's fastest: at edge4's budget neither strategy reached
+    the target, and the homogeneous check compared two budgets. Its runs get a longer one, recorded."""
+    tta = {b.name: b for b in suite.BENCHES}["time_to_accuracy"]
+    args = time_to_accuracy.parser().parse_args(list(tta.full))
+    homo = {n: time_to_accuracy.budget_of(n, args, homogeneous=True) for n in ("ashl", "adsp", "bsp")}
+    assert homo == {n: args.homo_budget_s for n in homo} and args.homo_budget_s >= 1.3 * args.budget_s
+    assert time_to_accuracy.budget_of("adsp", args) == args.budget_s  # the heterogeneous cluster's as before
+    rows = time_to_accuracy.summary("ashl", [], homo["ashl"])
+    assert rows["budget_s"] == args.homo_budget_s  # each strategy's record says which budget it had
