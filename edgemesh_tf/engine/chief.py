@@ -6,8 +6,9 @@ writes its heartbeat, reads the groups' reports and the ps counters, hands them 
 evaluations (evaluator.py, a thread) to `Decisions.step` and carries out the actions it returns:
 board writes, ps counters, records (records.py: `<logdir>/chief.jsonl`, TensorBoard, the caller's
 `emit`), checkpoints. It asks the launcher (`rejoin`) to restart lost groups. At the stop it raises
-the stop flag, evaluates the global model at the stop on the whole test set, waits for the groups'
-last pushes, checkpoints and returns the final record.
+the stop flag at once (an evaluation in flight is cancelled, not waited for), pulls the global model
+at the stop (then `after_stop`: the launcher may lift the testbed's limits), evaluates it on the
+whole test set, waits for the groups' last pushes, checkpoints and returns the final record.
 """
 from __future__ import annotations
 
