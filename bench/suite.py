@@ -54,8 +54,8 @@ BENCHES = (
     # VGG-16 on the Pi-class cluster, memory limits enforced (bench/edgemesh_claims.py --help)
     Bench("edgemesh_claims", "edgemesh_claims.py", PI4,
           PI4 + ("--model", "vgg_wide", "--steps", "2", "--memory", "0"), 1500),
-    # digits32 + vgg_m to 92%: 8 seeds of ASHL and ADSP and 3 of BSP (its budget 150 s) on edge4, 2 of ASHL and ADSP on
-    # homo4 (bench/time_to_accuracy.py --estimate: the time); past the timeout it is sent SIGTERM and
+    # digits32 + vgg_m to 90%: 8 seeds of ASHL and ADSP (budget 80 s) and 3 of BSP (130 s) on edge4, 2 of ASHL and ADSP
+    # on homo4 (120 s) (bench/time_to_accuracy.py --estimate: the time); past the timeout it is sent SIGTERM and
     # prints the runs made so far
     Bench("time_to_accuracy", "time_to_accuracy.py", CLUSTER + ("--variants", ""), CLUSTER + ("--quick",), 4800),
     # quick: the ps fault only (~80 s; e's re-admission takes ~3 min and has its own test,

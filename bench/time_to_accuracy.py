@@ -1,7 +1,7 @@
 """Time to a target test accuracy per synchronisation strategy and ASHL variant, with statistics.
 
     python bench/time_to_accuracy.py [--cluster layouts/edge4.yaml] [--homo_cluster layouts/homo4.yaml]
-        [--dataset digits32] [--model vgg_m] [--target 0.92] [--budget_s 90] [--bsp_budget_s 150]
+        [--dataset digits32] [--model vgg_m] [--target 0.90] [--budget_s 80] [--bsp_budget_s 130]
         [--homo_budget_s 120]
         [--strategies bsp,adsp,ashl] [--seeds 8] [--other_seeds 3]
         [--homo_strategies ashl,adsp] [--homo_seeds 2]
@@ -330,7 +330,8 @@ def parser(quick: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--dataset", default=d["dataset"])
     p.add_argument("--model", default=d["model"])
     p.add_argument("--target", type=float, default=d["target"],
-                   help="target held-out accuracy (0..1]; default 0.92 on digits32, where ADSP needs about a minute")
+                   help="target held-out accuracy (0..1]; default 0.90 on digits32, where ADSP needs about a minute "
+                   "(at 0.92 it reached the target within 80 s in 5 and 6 of 8 runs)")
     p.add_argument("--budget_s", type=float, default=d["budget_s"],
                    help="training time budget of each run (s); an unreached run counts as this (a lower bound)")
     p.add_argument("--bsp_budget_s", type=float, default=d["bsp_budget_s"],
