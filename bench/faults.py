@@ -14,8 +14,9 @@
      re-admitted and ASHL re-plans with it); and two model-parallel groups of two devices (edge1
      killed: its group is re-planned over edge0 and re-admitted; edge1 restarted: the group comes
      back on both devices)
-Every scenario runs on a testbed of its own; its runs share it (a killed server is started again
-before the next run, as a rebooted device would come back). Devices are killed with SIGKILL at the chief's first
+All scenarios run on one testbed: a killed server is started again before the next run (as a
+rebooted device would come back) and a slowed device is set back to its speed before the next
+scenario. Devices are killed with SIGKILL at the chief's first
 record that meets the scenario's condition. --quick: lower target, shorter budgets (a smoke run).
 """
 import argparse
@@ -65,21 +66,30 @@ def _job(cluster, em, args, logdir, sync, kill=None, act=None, **kw):
     return out, killed, round(time.monotonic() - t0, 1)
 
 
+def _as_configured(em) -> None:
+    """Every server running and every device at its configured speed, as a scenario expects at its
+    start (the scenario before may have killed or slowed one)."""
+    for name in em.devices:
+        if not em.is_running(name):
+            em.restart_device(name)
+    for name in em.slowed():
+        em.set_slowdown(name, 1.0)
+
+
 def _lost(final):
     return final.get("lost_groups") if isinstance(final, dict) else None
 
 
-def scenario_a(cluster, args, work):
+def scenario_a(cluster, args, work, em):
     slow = _slowest(cluster)
-    with emulated_cluster(cluster) as em:  # the fault-free run, then the faulty one on the same servers
-        base, _, _ = _job(cluster, em, args, os.path.join(work, "a-base"), SyncConfig(strategy="ashl"))
-        t_base = base.get("time_to_target_s") if isinstance(base, dict) else None
-        row = {"scenario": "a", "what": f"ASHL, slowest device {slow} killed at 30% of the fault-free time to "
-               "target", "fault_free_time_to_target_s": t_base}
-        if t_base is None:
-            return {**row, "ok": False, "error": f"the fault-free run did not reach {args.target}"}
-        final, killed, _ = _job(cluster, em, args, os.path.join(work, "a-fault"), SyncConfig(strategy="ashl"),
-                                kill=(slow, lambda r: isinstance(r, records.Eval) and r.t >= 0.3 * t_base))
+    base, _, _ = _job(cluster, em, args, os.path.join(work, "a-base"), SyncConfig(strategy="ashl"))
+    t_base = base.get("time_to_target_s") if isinstance(base, dict) else None
+    row = {"scenario": "a", "what": f"ASHL, slowest device {slow} killed at 30% of the fault-free time to "
+           "target", "fault_free_time_to_target_s": t_base}
+    if t_base is None:
+        return {**row, "ok": False, "error": f"the fault-free run did not reach {args.target}"}
+    final, killed, _ = _job(cluster, em, args, os.path.join(work, "a-fault"), SyncConfig(strategy="ashl"),
+                            kill=(slow, lambda r: isinstance(r, records.Eval) and r.t >= 0.3 * t_base))
     t = final.get("time_to_target_s") if isinstance(final, dict) else None
     ratio = None if t is None else round(t / t_base, 3)
     return {**row, "killed_at_s": killed.get("t"), "time_to_target_s": t, "over_fault_free": ratio,
@@ -87,41 +97,39 @@ def scenario_a(cluster, args, work):
             "error": None if isinstance(final, dict) else str(final)}
 
 
-def scenario_b(cluster, args, work):
+def scenario_b(cluster, args, work, em):
     rows = []
     victim = cluster.workers[1].name
-    with emulated_cluster(cluster) as em:  # the victim's server is started again between the two runs
-        for label, sync, when in (
-                ("BSP", SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.t >= args.b_kill_s),
-                ("SHL", SyncConfig(strategy="ashl"), lambda r: isinstance(r, records.Phase) and r.new == "shl")):
-            if not em.is_running(victim):  # killed by the run before
-                em.restart_device(victim)
-            final, killed, wall = _job(cluster, em, args, os.path.join(work, "b-" + label), sync,
-                                       kill=(victim, when), time_budget_s=args.b_budget_s, target_accuracy=None)
-            finished = isinstance(final, dict) and final["why"].startswith("time budget")
-            rows.append({"scenario": "b", "what": f"{label}: device {victim} killed"
-                         + (f" at {args.b_kill_s:.0f} s" if label == "BSP" else " at the switch to SHL"),
-                         "killed_at_s": killed.get("t"), "finished": finished, "wall_s": wall,
-                         "budget_s": args.b_budget_s, "lost_groups": _lost(final),
-                         "ok": bool(killed) and finished and _lost(final) == [victim],
-                         "error": None if isinstance(final, dict) else str(final)})
+    for label, sync, when in (
+            ("BSP", SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.t >= args.b_kill_s),
+            ("SHL", SyncConfig(strategy="ashl"), lambda r: isinstance(r, records.Phase) and r.new == "shl")):
+        if not em.is_running(victim):  # killed by the run before
+            em.restart_device(victim)
+        final, killed, wall = _job(cluster, em, args, os.path.join(work, "b-" + label), sync,
+                                   kill=(victim, when), time_budget_s=args.b_budget_s, target_accuracy=None)
+        finished = isinstance(final, dict) and final["why"].startswith("time budget")
+        rows.append({"scenario": "b", "what": f"{label}: device {victim} killed"
+                     + (f" at {args.b_kill_s:.0f} s" if label == "BSP" else " at the switch to SHL"),
+                     "killed_at_s": killed.get("t"), "finished": finished, "wall_s": wall,
+                     "budget_s": args.b_budget_s, "lost_groups": _lost(final),
+                     "ok": bool(killed) and finished and _lost(final) == [victim],
+                     "error": None if isinstance(final, dict) else str(final)})
     return rows
 
 
 
-def scenario_c(cluster, args, work):
+def scenario_c(cluster, args, work, em):
     ps = next(d.name for d in cluster.devices if d.role == "ps")
     logdir = os.path.join(work, "c")
-    with emulated_cluster(cluster) as em:
-        err, killed, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
-                              kill=(ps, lambda r: isinstance(r, records.Checkpoint) and r.global_steps > 0))
-        stopped_after = round(time.monotonic() - killed["at"], 1) if killed else None
-        named = isinstance(err, PSLost) and "/job:ps/task:0 (%s)" % ps in str(err)
-        ckpt = [r for r in records.read(logdir) if isinstance(r, records.Checkpoint)][-1]
-        if killed:  # the ps comes back empty, at the same address, as a rebooted machine would
-            em.restart_device(ps)
-        final, _, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
-                           time_budget_s=ckpt.t + 5.0)
+    err, killed, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
+                          kill=(ps, lambda r: isinstance(r, records.Checkpoint) and r.global_steps > 0))
+    stopped_after = round(time.monotonic() - killed["at"], 1) if killed else None
+    named = isinstance(err, PSLost) and "/job:ps/task:0 (%s)" % ps in str(err)
+    ckpt = [r for r in records.read(logdir) if isinstance(r, records.Checkpoint)][-1]
+    if killed:  # the ps comes back empty, at the same address, as a rebooted machine would
+        em.restart_device(ps)
+    final, _, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
+                       time_budget_s=ckpt.t + 5.0)
     resume = [r for r in records.read(logdir) if isinstance(r, records.Resume)]
     resumed = bool(resume) and resume[-1].global_steps == ckpt.global_steps
     return {"scenario": "c", "what": f"ps {ps} killed after the first checkpoint, then the job restarted",
@@ -137,27 +145,26 @@ def _rate(logdir, t_from):
     return sum(rates) / len(rates) if rates else None
 
 
-def scenario_d(cluster, args, work):
+def scenario_d(cluster, args, work, em):
     victim = max(cluster.workers, key=lambda d: (d.speed or 1.0, d.name)).name
     budget, slow_at = args.d_budget_s, 0.3 * args.d_budget_s
     window = 0.6 * budget  # the last 40% of the run: after the slow-down and the re-plan
     sync = SyncConfig(strategy="ashl", shl_loss=1e-9, replan=True)  # AHL throughout: one phase, so rates compare
     runs = {}
-    with emulated_cluster(cluster) as em:  # both runs on the same servers, the device's speed reset between them
-        for label in ("slowed_mid_run", "fresh_plan"):
-            logdir = os.path.join(work, "d-" + label)
-            if label == "fresh_plan":
-                em.set_slowdown(victim, 3.0)
-                act = None
-            else:
-                em.set_slowdown(victim, 1.0)
-                act = (lambda: em.set_slowdown(victim, 3.0), lambda r: isinstance(r, records.Eval) and r.t >= slow_at)
-            final, info, _ = _job(cluster, em, args, logdir, sync, act=act, time_budget_s=budget,
-                                  target_accuracy=None)
-            replans = [r for r in records.read(logdir) if isinstance(r, records.Replan) and r.why.startswith("drift")]
-            runs[label] = {"examples_per_sec": _rate(logdir, window), "slowed_at_s": info.get("t"),
-                           "drift_replans": [{"t": r.t, "why": r.why[:160]} for r in replans],
-                           "error": None if isinstance(final, dict) else str(final)}
+    for label in ("slowed_mid_run", "fresh_plan"):
+        logdir = os.path.join(work, "d-" + label)
+        if label == "fresh_plan":
+            em.set_slowdown(victim, 3.0)
+            act = None
+        else:
+            em.set_slowdown(victim, 1.0)
+            act = (lambda: em.set_slowdown(victim, 3.0), lambda r: isinstance(r, records.Eval) and r.t >= slow_at)
+        final, info, _ = _job(cluster, em, args, logdir, sync, act=act, time_budget_s=budget,
+                              target_accuracy=None)
+        replans = [r for r in records.read(logdir) if isinstance(r, records.Replan) and r.why.startswith("drift")]
+        runs[label] = {"examples_per_sec": _rate(logdir, window), "slowed_at_s": info.get("t"),
+                       "drift_replans": [{"t": r.t, "why": r.why[:160]} for r in replans],
+                       "error": None if isinstance(final, dict) else str(final)}
     a, b = runs["slowed_mid_run"]["examples_per_sec"], runs["fresh_plan"]["examples_per_sec"]
     ratio = None if not a or not b else round(a / b, 3)
     replanned = any(victim in r["why"] and r["t"] >= slow_at for r in runs["slowed_mid_run"]["drift_replans"])
@@ -244,19 +251,18 @@ def _readmission_run(cluster, em, args, logdir, label, sync, groups, victim, bud
     return row
 
 
-def scenario_e(cluster, args, work):
+def scenario_e(cluster, args, work, em):
     victim = cluster.workers[1].name
     rows = []
-    with emulated_cluster(cluster) as em:  # both runs on one testbed, every server running at each start
-        for name, label, sync, groups in (
-                ("e-ashl", f"ASHL, one group per device: {victim} killed, then its server restarted",
-                 SyncConfig(strategy="ashl", shl_loss=1e-9), default_groups(cluster, 32)),
-                ("e-planned", f"ASP, two groups of two devices: {victim} killed (its group re-planned over the "
-                 "device left), then its server restarted", SyncConfig(strategy="asp"), _planned_groups(cluster))):
-            if not em.is_running(victim):  # the run before ended before its restart
-                em.restart_device(victim)
-            rows.append(_readmission_run(cluster, em, args, os.path.join(work, name), label, sync, groups, victim,
-                                         args.e_budget_s))
+    for name, label, sync, groups in (
+            ("e-ashl", f"ASHL, one group per device: {victim} killed, then its server restarted",
+             SyncConfig(strategy="ashl", shl_loss=1e-9), default_groups(cluster, 32)),
+            ("e-planned", f"ASP, two groups of two devices: {victim} killed (its group re-planned over the "
+             "device left), then its server restarted", SyncConfig(strategy="asp"), _planned_groups(cluster))):
+        if not em.is_running(victim):  # the run before ended before its restart
+            em.restart_device(victim)
+        rows.append(_readmission_run(cluster, em, args, os.path.join(work, name), label, sync, groups, victim,
+                                     args.e_budget_s))
     return rows
 
 
@@ -283,17 +289,19 @@ def main():
     if unknown:
         sys.exit(f"bench/faults.py: unknown scenarios {unknown}; expected some of a, b, c, d, e")
     rows = []
-    for x in chosen:
-        if x == "a":
-            rows.append(scenario_a(cluster, args, work))
-        elif x == "b":
-            rows += scenario_b(cluster, args, work)
-        elif x == "c":
-            rows.append(scenario_c(cluster, args, work))
-        elif x == "d":
-            rows.append(scenario_d(cluster, args, work))
-        else:
-            rows += scenario_e(cluster, args, work)
+    with emulated_cluster(cluster) as em:
+        for x in chosen:
+            _as_configured(em)
+            if x == "a":
+                rows.append(scenario_a(cluster, args, work, em))
+            elif x == "b":
+                rows += scenario_b(cluster, args, work, em)
+            elif x == "c":
+                rows.append(scenario_c(cluster, args, work, em))
+            elif x == "d":
+                rows.append(scenario_d(cluster, args, work, em))
+            else:
+                rows += scenario_e(cluster, args, work, em)
     out = {"cluster": args.cluster, "target_accuracy": args.target, "logdirs": work, "scenarios": rows,
            "all_ok": all(r["ok"] for r in rows), "seconds": round(time.time() - t0, 1)}
     print(json.dumps(out, indent=1))

@@ -132,6 +132,10 @@ class EmulatedCluster:
         logging.info("device %s slowed %.3gx: %.3f cores", name, factor, cores / factor)
         return cores / factor
 
+    def slowed(self) -> dict[str, float]:
+        """{device: factor} of the devices `set_slowdown` has slowed (factor != 1) now."""
+        return {n: f for n, f in self._slowdown.items() if f != 1.0}
+
     def lift_quotas(self) -> None:
         """Lifts every device's CPU quota (each server's thread pool, sized to its quota, still bounds
         it) until `restore_quotas`: for a job's set-up (each device's first run of its graphs, ~17 s

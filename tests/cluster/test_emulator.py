@@ -84,9 +84,11 @@ def test_up_run_ops_and_down_leaves_nothing():
             assert d.pid in [int(x) for x in open(os.path.join(group, "cgroup.procs")).read().split()]
             # a device slowed (and restored) mid-run: its quota scales, its period stays
             assert cluster.set_slowdown(name, 3.0) == pytest.approx(cores / 3, rel=0.01)
+            assert cluster.slowed() == {name: 3.0}
             quota3 = int(open(os.path.join(group, "cpu.cfs_quota_us")).read())
             assert quota3 / period == pytest.approx(cores / 3, rel=0.01)
             cluster.set_slowdown(name, 1.0)
+            assert cluster.slowed() == {}
             assert int(open(os.path.join(group, "cpu.cfs_quota_us")).read()) == quota
             # lifted for a job's set-up, then restored
             cluster.lift_quotas()
