@@ -225,7 +225,7 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
                 + (f" ({res['homo_budget_s']} s on the homogeneous cluster, whose devices are each slower than "
                    "edge4's fastest)" if res.get("homogeneous") and res.get("homo_budget_s") not in
                    (None, res.get("budget_s")) else "")
-                + ". Seeds: {seeds.get('ashl_adsp')} "
+                + f". Seeds: {seeds.get('ashl_adsp')} "
                 f"for ASHL and ADSP, {seeds.get('other')} for the other strategies"
                 + (f", {seeds.get('variants')} per variant" if res.get("variants") else "")
                 + (f", {seeds.get('homogeneous')} on the homogeneous cluster" if res.get("homogeneous") else "")
@@ -305,8 +305,8 @@ def tta_variants_section(rec, out_dir) -> tuple[str, list[str]]:
     if not res:
         return "\n".join(text), []
     text.append(f"Run by `make bench-variants` (kept out of `make bench` for its time): `{res.get('model')}` on "
-                f"`{res.get('dataset')}` to {res['target_accuracy']:.0%}, the same task, stopping rule and budget as "
-                "above, in a run of its own.\n")
+                f"`{res.get('dataset')}` to {res['target_accuracy']:.0%} within {fmt(res.get('budget_s'), 0)} s, the "
+                f"stopping rule above, in a run of its own ({res.get('date', 'date unknown')}).\n")
     het = res.get("heterogeneous") or {}
     rows = _strategy_rows(het)
     if rows:
