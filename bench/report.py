@@ -142,6 +142,12 @@ SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, 
             "emulation_pi4": lambda rec, out: emulation_section(rec, out, "emulation_pi4")}
 
 
+def make_bench_seconds(records: dict) -> float:
+    """Seconds of `make bench` by its benchmarks' records (all but NOT_IN_MAKE_BENCH; a partial re-run
+    replaces its benchmark's time)."""
+    return sum(r.get("seconds") or 0.0 for n, r in records.items() if n not in NOT_IN_MAKE_BENCH)
+
+
 def render(results_dir: str, out_dir: str) -> str:
     """Writes <out_dir>/REPORT.md and its PNGs from the records in ``results_dir``; returns the path."""
     machine, records = load(results_dir)
@@ -163,6 +169,8 @@ def render(results_dir: str, out_dir: str) -> str:
     head.append(table(["Benchmark", "Status", "Seconds", "Command"],
                       [[n, r["status"] if r.get("status") in ("ok", "not run") else f"**failed** ({r.get('error')})",
                         fmt(r.get("seconds"), 0), f"`{r.get('command', '—')}`"] for n, r in records.items()]) + "\n")
+    head.append(f"`make bench` as recorded here (the sum of its benchmarks' latest times): "
+                f"{fmt(make_bench_seconds(records), 0)} s = {fmt(make_bench_seconds(records) / 60, 1)} min.\n")
     body = []
     for name in ("time_to_accuracy", "tta_variants", "edgemesh_claims", "planner", "emulation", "emulation_pi4",
                  "uneven_split", "faults"):

@@ -173,3 +173,13 @@ def test_the_homogeneous_cluster_has_its_own_budget_in_make_bench():
     assert time_to_accuracy.budget_of("adsp", args) == args.budget_s  # the heterogeneous cluster's as before
     rows = time_to_accuracy.summary("ashl", [], homo["ashl"])
     assert rows["budget_s"] == args.homo_budget_s  # each strategy's record says which budget it had
+
+
+def test_the_report_sums_make_bench_without_the_variants(rendered):
+    """`make bench`'s time (issue 16: at most an hour) as the report's records give it: every benchmark's
+    latest time, the variant table (its own make target) left out."""
+    _, text = rendered
+    records = {n: _rec(n) for n in (b.name for b in suite.BENCHES) if os.path.exists(os.path.join(RECORDED, n + ".json"))}
+    expected = sum(r.get("seconds") or 0 for n, r in records.items() if n != "tta_variants")
+    assert report.make_bench_seconds({**records, "tta_variants": {"seconds": 1e6}}) == pytest.approx(expected)
+    assert f"`make bench` as recorded here (the sum of its benchmarks' latest times): {expected:.0f} s" in text
