@@ -25,7 +25,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags  # noqa: E402
 
 from edgemesh_tf.cluster import emulated_cluster, forwarder, measure  # noqa: E402
-from edgemesh_tf.cluster.emulator import free_ports  # noqa: E402
+from edgemesh_tf.cluster.emulated_network import free_ports  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file.")

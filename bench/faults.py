@@ -103,8 +103,7 @@ def scenario_b(cluster, args, work, em):
     for label, sync, when in (
             ("BSP", SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.t >= args.b_kill_s),
             ("SHL", SyncConfig(strategy="ashl"), lambda r: isinstance(r, records.Phase) and r.new == "shl")):
-        if not em.is_running(victim):  # killed by the run before
-            em.restart_device(victim)
+        _as_configured(em)  # the victim killed by the run before is started again
         final, killed, wall = _job(cluster, em, args, os.path.join(work, "b-" + label), sync,
                                    kill=(victim, when), time_budget_s=args.b_budget_s, target_accuracy=None)
         finished = isinstance(final, dict) and final["why"].startswith("time budget")
@@ -259,8 +258,7 @@ def scenario_e(cluster, args, work, em):
              SyncConfig(strategy="ashl", shl_loss=1e-9), default_groups(cluster, 32)),
             ("e-planned", f"ASP, two groups of two devices: {victim} killed (its group re-planned over the "
              "device left), then its server restarted", SyncConfig(strategy="asp"), _planned_groups(cluster))):
-        if not em.is_running(victim):  # the run before ended before its restart
-            em.restart_device(victim)
+        _as_configured(em)  # the run before may have ended before its restart
         rows.append(_readmission_run(cluster, em, args, os.path.join(work, name), label, sync, groups, victim,
                                      args.e_budget_s))
     return rows

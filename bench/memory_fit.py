@@ -24,7 +24,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from edgemesh_tf.cluster import emulated_cluster  # noqa: E402
-from edgemesh_tf.cluster.emulator import free_ports  # noqa: E402
+from edgemesh_tf.cluster.emulated_network import free_ports  # noqa: E402
 from edgemesh_tf.cluster.spec import parse_cluster  # noqa: E402
 from edgemesh_tf.data import IMAGE_SHAPES  # noqa: E402
 from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout  # noqa: E402

@@ -26,7 +26,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,12 +33,12 @@ import time
 
 from absl import logging
 
-from edgemesh_tf.cluster import (calibration, cgroup, forwarder, memory as memory_lib, netns, probe, procs,
+from edgemesh_tf.cluster import (calibration, cgroup, memory as memory_lib, netns, probe, procs,
                                  spec as spec_lib, state as state_lib)
+from edgemesh_tf.cluster import emulated_network
 from edgemesh_tf.cluster.tf_config import cluster_spec_dict
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CLIENT = "client"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +88,7 @@ class EmulatedCluster:
         self._closed = False
         self._cpu: dict[str, tuple[cgroup.CpuGroup, float, int]] = {}  # name -> (cgroup, calibrated cores, period µs)
         self._slowdown: dict[str, float] = {}  # name -> factor of `set_slowdown` in force
-        self._tbf: list[tuple[str | None, str, float]] = []  # every rate limit: (netns, interface, Mbit/s)
+        self.rate_limits: list[tuple[str | None, str, float]] = []  # every tbf: (netns, interface, Mbit/s)
         self._cmds: dict[str, list[str]] = {}  # device name -> the command that started its server
         self.exit_codes: dict[str, int] = {}  # filled by close(): 0 = clean exit on SIGTERM
 
@@ -152,12 +151,12 @@ class EmulatedCluster:
         """Every link's (and shared medium's) tbf at netns.LIFTED_MBIT until `restore_links`: for a
         job's set-up (a warm-up's dense pull and push of vgg_m take ~8 s over edge3's 10 Mbit/s) and
         wind-down, which no measurement counts. Latency stays. No-op without network namespaces."""
-        for ns, interface, _ in self._tbf:
+        for ns, interface, _ in self.rate_limits:
             netns.set_rate(interface, netns.LIFTED_MBIT, ns)
 
     def restore_links(self) -> None:
         """Every link back at the rate its cluster file says (undoes `lift_links`)."""
-        for ns, interface, rate in self._tbf:
+        for ns, interface, rate in self.rate_limits:
             netns.set_rate(interface, rate, ns)
 
     def lift_limits(self) -> None:
@@ -249,85 +248,6 @@ def _child_env() -> dict:
     env["PYTHONPATH"] = _REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("TF_CONFIG", None)
     return env
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports: all held open at once while they are chosen (ports picked
-    one at a time may repeat, and a repeated port stops the forwarder binding its routes)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _plan_netns(cluster: EmulatedCluster, run: state_lib.RunState):
-    """Creates the links; returns (client addresses, per-server addresses, forwarder routes)."""
-    slot, addrs, routes, links = run.data["slot"], {}, [], {}
-    direct = all(d.latency_ms <= netns.DIRECT_LATENCY_MS for d in cluster.spec.devices)
-    for i, d in enumerate(cluster.spec.devices):
-        link = netns.link_for(run.run_id, slot, i, d.name, d.bandwidth_mbit)
-        run.record("links", {"netns": link.netns, "host_if": link.host_if})
-        netns.create(link)
-        links[d.name] = link
-        if d.bandwidth_mbit:
-            cluster._tbf += [(None, link.host_if, d.bandwidth_mbit), (link.netns, link.ns_if, d.bandwidth_mbit)]
-        addrs[d.name] = "%s:%d" % (link.ns_ip if direct else link.host_ip, d.port)
-        if direct:
-            netns.enable_forwarding(link.host_if)
-    for k, (medium, rate) in enumerate(cluster.spec.media):
-        members = [d.name for d in cluster.spec.devices if d.medium == medium]
-        ifb = netns.medium_name(run.run_id, k)
-        run.record("links", {"netns": "", "host_if": ifb})
-        netns.create_medium(ifb, rate, [links[n].host_if for n in members])
-        cluster._tbf.append((None, ifb, rate))
-        cluster.media[medium] = {"bandwidth_mbit": rate, "devices": members, "how": "one tbf on ifb " + ifb}
-    if direct:
-        cluster.latency = "direct"
-        logging.info("every link has <= %.2g ms of latency: no delay forwarder (direct routing; latency "
-                     "unmodelled, at most %.2g ms per link)", netns.DIRECT_LATENCY_MS, netns.DIRECT_LATENCY_MS)
-        return addrs, {d.name: addrs for d in cluster.spec.devices}, [], {n: l.netns for n, l in links.items()}
-    peers = tuple((links[d.name].ns_ip, d.latency_ms) for d in cluster.spec.devices if d.latency_ms)
-    for d in cluster.spec.devices:
-        l = links[d.name]
-        routes.append(forwarder.Route(listen=(l.host_ip, d.port), target=(l.ns_ip, d.port),
-                                      delay_ms=d.latency_ms, peer_delay_ms=peers))
-    return addrs, {d.name: addrs for d in cluster.spec.devices}, routes, {n: l.netns for n, l in links.items()}
-
-
-def _plan_userspace(cluster: EmulatedCluster):
-    """Loopback ports; a forwarder route per (source, destination) with rate and delay."""
-    devices = cluster.spec.devices
-    ports = iter(free_ports(len(devices) * (len(devices) + 1)))  # one per server, one per (source, destination)
-    server_port = {d.name: next(ports) for d in devices}
-    views: dict[str, dict[str, str]] = {}
-    routes = []
-    medium_rate = dict(cluster.spec.media)
-    if medium_rate:
-        logging.warning("user space: shared media %s are not shared; each member's rate is capped at the "
-                        "medium's", sorted(medium_rate))
-        cluster.media = {m: {"bandwidth_mbit": r, "how": "not shared (user space): a cap on each member's rate",
-                             "devices": [d.name for d in devices if d.medium == m]} for m, r in medium_rate.items()}
-    for src in [None] + list(devices):
-        view = {}
-        for dst in devices:
-            if src is not None and src.name == dst.name:
-                view[dst.name] = "127.0.0.1:%d" % server_port[dst.name]
-                continue
-            port = next(ports)
-            rates = [r for r in (dst.bandwidth_mbit, src.bandwidth_mbit if src else None,
-                                 medium_rate.get(dst.medium), medium_rate.get(src.medium) if src else None) if r]
-            routes.append(forwarder.Route(listen=("127.0.0.1", port), target=("127.0.0.1", server_port[dst.name]),
-                                          delay_ms=dst.latency_ms + (src.latency_ms if src else 0.0),
-                                          rate_mbit=min(rates) if rates else None))
-            view[dst.name] = "127.0.0.1:%d" % port
-        views[src.name if src else CLIENT] = view
-    return views.pop(CLIENT), views, routes, {}
 
 
 def _start_forwarder(cluster: EmulatedCluster, routes, timeout_s: float) -> None:
@@ -443,11 +363,11 @@ def up(spec: spec_lib.ClusterFile | str, *, network: str = "auto", compute: str 
     cluster = EmulatedCluster(spec, run, network)
     try:
         if network == "netns":
-            client, views, routes, namespaces = _plan_netns(cluster, run)
+            client, views, routes, namespaces = emulated_network.plan_netns(cluster, run)
         else:
             logging.warning("no root: emulating bandwidth and latency in a user-space forwarder; servers run in the "
                             "root network namespace, where TF binds their ports on all interfaces")
-            client, views, routes, namespaces = _plan_userspace(cluster)
+            client, views, routes, namespaces = emulated_network.plan_userspace(cluster)
         cluster._client_addresses = client
         cores = _plan_cpu(cluster, compute, period_us, calib) if compute.startswith("cgroup-") else {}
         if routes:

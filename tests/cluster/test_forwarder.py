@@ -7,7 +7,7 @@ import time
 import pytest
 
 from edgemesh_tf.cluster import forwarder
-from edgemesh_tf.cluster.emulator import free_ports
+from edgemesh_tf.cluster.emulated_network import free_ports
 
 
 @pytest.fixture

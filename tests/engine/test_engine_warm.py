@@ -81,7 +81,7 @@ def test_two_identical_bsp_jobs_in_warm_processes_end_with_the_same_weights(tmp_
 def _link_rates(em) -> list[float]:
     """The rate (Mbit/s) of every tbf of the testbed, as `tc` shows it."""
     out = []
-    for ns, interface, _ in em._tbf:
+    for ns, interface, _ in em.rate_limits:
         shown = netns.run("tc", "qdisc", "show", "dev", interface, netns=ns).stdout
         out.append(_mbit(shown.split(" rate ")[1].split()[0]))
     return out
