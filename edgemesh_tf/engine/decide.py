@@ -268,7 +268,7 @@ class Decisions:
         if self.cfg.max_steps and steps and t > self.elapsed_before:
             budget_left = min(budget_left, (self.cfg.max_steps - steps) * (t - self.elapsed_before) / steps)
         rec = records.Eval(
-            t=round(t, 3), phase=self.phase, accuracy=round(accuracy, 4), loss=round(loss, 5), global_steps=steps,
+            t=round(t, 3), phase=self.phases.phase_at(t), accuracy=round(accuracy, 4), loss=round(loss, 5), global_steps=steps,
             examples_per_sec=round(sum(rates.values()), 1), group_examples_per_sec={g: round(r, 1)
                                                                                      for g, r in rates.items()},
             bytes_sent=int(sum(s["bytes_sent"] for s in totals.values())), eta_s=round(max(0.0, budget_left), 1),

@@ -379,6 +379,12 @@ class PhaseController:
         self.transitions.append((phase, int(step), float(self._now() if wall_time is None
                                                          else wall_time)))
 
+    def phase_at(self, wall_time: float) -> str:
+        """The phase at ``wall_time`` (s, the clock of the transitions): an evaluation that started
+        in profiling is profiling's even when AHL began while it ran."""
+        at = [p for p, _, t in self.transitions if t <= wall_time]
+        return at[-1] if at else self.transitions[0][0]
+
     def start_ahl(self, step: int = 0, wall_time: float | None = None) -> None:
         """Profiling done: enter AHL at global ``step`` (wall time in s, default now)."""
         if self.phase != "profiling":

@@ -125,9 +125,10 @@ def test_ashl_profiling_ahl_then_shl():
     assert _kinds(m.step(_snap(0.5, half))) == []  # b has not profiled yet
     both = _stats(a={"profiled": 1, "profile_iter_ms": 10, "profile_pull_ms": 5, "profile_push_ms": 5},
                   b={"profiled": 1, "profile_iter_ms": 40, "profile_pull_ms": 5, "profile_push_ms": 5})
-    acts = m.step(_snap(1.0, both))
-    assert _kinds(acts) == ["WriteControls", "WriteGlobal", "Phase"] and m.phase == "ahl"
-    assert (acts[-1].old, acts[-1].new) == ("profiling", "ahl")
+    acts = m.step(_snap(1.0, both, evals=[(0.2, 0.1, 2.0)]))
+    assert _kinds(acts) == ["WriteControls", "WriteGlobal", "Phase", "Evaluated"] and m.phase == "ahl"
+    assert (acts[2].old, acts[2].new) == ("profiling", "ahl")
+    assert acts[3].record.phase == "profiling"  # it started before AHL began, though handled after
     h = {g: c.local_steps for g, c in m.controls.items()}
     assert h["b"] == 8 and h["a"] > h["b"]  # the faster group runs more local iterations per commit
     assert m.controls["a"].share > m.controls["b"].share

@@ -88,6 +88,8 @@ def test_phase_controller_switch_and_round_trip():
     assert restored.observe_loss(0.3, step=50, wall_time=123.5) == "shl"
     assert restored.transitions == [("profiling", 0, 100.0), ("ahl", 10, 101.0),
                                     ("shl", 50, 123.5)]
+    assert [restored.phase_at(t) for t in (99.0, 100.0, 100.9, 101.0, 123.4, 200.0)] == [
+        "profiling", "profiling", "profiling", "ahl", "ahl", "shl"]
     with pytest.raises(RuntimeError, match="needs phase 'profiling'"):
         restored.start_ahl()
     with pytest.raises(ValueError, match="patience must be an int >= 1"):
