@@ -8,8 +8,9 @@ Without --only it runs every benchmark but the variant table (`tta_variants`, ~3
 Each benchmark runs as its own process with a bounded time; its JSON (stdout), exit code, wall
 time and the tail of its stderr go to <results>/<name>.json, with the machine and versions in
 <results>/machine.json. A benchmark that fails, times out or prints no JSON is recorded as failed
-and shown as failed in the report. --quick runs every benchmark small (a smoke run of the whole
-pipeline, about 10 minutes); its figures are not evidence. The report is rendered by
+and shown as failed in the report. --quick runs every benchmark small but `emulation` (its script
+runs on pi4 as `emulation_pi4`): a smoke run of the whole pipeline within 10 minutes whose figures
+are not evidence. The report is rendered by
 bench/report.py from the recorded files alone (`python bench/report.py --results DIR`).
 """
 import argparse
@@ -33,12 +34,13 @@ from edgemesh_tf.engine.config import STRATEGIES  # noqa: E402
 
 @dataclasses.dataclass(frozen=True)
 class Bench:
-    """One benchmark: its script under bench/, arguments of the full and the quick run, timeout (s)."""
+    """One benchmark: its script under bench/, arguments of the full and the quick run (None: not in
+    the quick run), timeout (s)."""
 
     name: str
     script: str
     full: tuple[str, ...]
-    quick: tuple[str, ...]
+    quick: tuple[str, ...] | None
     timeout_s: float
 
 
@@ -47,7 +49,8 @@ PI4 = ("--cluster", "layouts/pi4.yaml")  # the realistic edge cluster (Pi-class 
 ALL_SIX = ",".join(STRATEGIES)
 BENCHES = (
     Bench("uneven_split", "uneven_split.py", ("--steps", "30"), ("--steps", "5", "--round", "5"), 900),
-    Bench("emulation", "emulation.py", CLUSTER, CLUSTER + ("--rounds", "1"), 600),
+    # quick: the same script runs on pi4 (emulation_pi4), so that QUICK=1 stays within 10 minutes
+    Bench("emulation", "emulation.py", CLUSTER, None, 600),
     Bench("emulation_pi4", "emulation.py", PI4, PI4 + ("--rounds", "1"), 600),
     Bench("planner", "planner.py", CLUSTER + ("--steps", "15"),
           CLUSTER + ("--steps", "3", "--memory_models", ""), 1200),
@@ -57,7 +60,8 @@ BENCHES = (
     # digits32 + vgg_m to 90%: 8 seeds of ASHL and ADSP (budget 80 s) and 3 of BSP (130 s) on edge4, 2 of ASHL and ADSP
     # on homo4 (120 s) (bench/time_to_accuracy.py --estimate: the time); past the timeout it is sent SIGTERM and
     # prints the runs made so far
-    Bench("time_to_accuracy", "time_to_accuracy.py", CLUSTER + ("--variants", ""), CLUSTER + ("--quick",), 4800),
+    Bench("time_to_accuracy", "time_to_accuracy.py", CLUSTER + ("--variants", ""),
+          CLUSTER + ("--quick", "--variants", ""), 4800),
     # quick: the ps fault only (~80 s; e's re-admission takes ~3 min and has its own test,
     # tests/engine/test_engine_rejoin.py), so that QUICK=1 stays within 10 minutes
     Bench("faults", "faults.py", CLUSTER, CLUSTER + ("--quick", "--scenarios", "c"), 1800),
@@ -73,6 +77,12 @@ BENCHES = (
 def selected(only: list[str]) -> list[Bench]:
     """The benchmarks named in `only`, else those of `make bench` (all but report.NOT_IN_MAKE_BENCH)."""
     return [b for b in BENCHES if (b.name in only if only else b.name not in report.NOT_IN_MAKE_BENCH)]
+
+
+def not_in_quick(b: Bench) -> dict:
+    """The record of a benchmark a quick run leaves out (shown as not run, replacing an older record)."""
+    return {"name": b.name, "status": "not run", "quick": True, "seconds": 0.0,
+            "error": "not in the quick run; `make bench` runs it"}
 
 
 def machine(command: str) -> dict:
@@ -131,6 +141,14 @@ def _last_json(stdout: str):
     return None
 
 
+def record_of(b: Bench, quick: bool) -> dict:
+    """The record of benchmark `b` in this run: run it, or say a quick run leaves it out."""
+    if quick and b.quick is None:
+        return not_in_quick(b)
+    print(f"[bench] {b.name}: running (at most {b.timeout_s:.0f} s)", file=sys.stderr, flush=True)
+    return run_bench(b, quick)
+
+
 def run_bench(b: Bench, quick: bool) -> dict:
     """Runs one benchmark in its own process group; never longer than its timeout."""
     args = [sys.executable, os.path.join("bench", b.script), *(b.quick if quick else b.full)]
@@ -176,8 +194,7 @@ def main():
     info["quick"] = args.quick
     t0 = time.monotonic()
     for b in selected(only):
-        print(f"[bench] {b.name}: running (at most {b.timeout_s:.0f} s)", file=sys.stderr, flush=True)
-        rec = run_bench(b, args.quick)
+        rec = record_of(b, args.quick)
         print(f"[bench] {b.name}: {rec['status']} in {rec['seconds']} s"
               + (f" ({rec['error']})" if rec["error"] else ""), file=sys.stderr, flush=True)
         with open(os.path.join(args.results, f"{b.name}.json"), "w") as f:

@@ -144,6 +144,20 @@ def test_make_bench_leaves_the_variant_table_to_its_own_target():
     assert tta.full[tta.full.index("--variants") + 1] == ""  # make bench runs no variant
 
 
+def test_quick_run_leaves_out_the_edge4_emulation_and_the_report_says_so(tmp_path):
+    benches = {b.name: b for b in suite.BENCHES}
+    rec = suite.record_of(benches["emulation"], quick=True)  # returns at once: nothing is run
+    assert rec["status"] == "not run" and "not in the quick run" in rec["error"]
+    assert benches["emulation_pi4"].quick is not None  # the same script still runs, on pi4
+    tta = benches["time_to_accuracy"]
+    assert tta.quick[tta.quick.index("--variants") + 1] == ""  # as in make bench: no variant
+    shutil.copytree(RECORDED, tmp_path / "rec")
+    with open(tmp_path / "rec" / "emulation.json", "w") as f:
+        json.dump(rec, f)
+    text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
+    assert "| emulation | not run |" in text and "Not run (not in the quick run" in text
+
+
 def test_variant_table_not_run_is_said_and_its_record_is_shown(tmp_path):
     shutil.copytree(RECORDED, tmp_path / "rec")
     text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
