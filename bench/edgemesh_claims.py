@@ -11,6 +11,8 @@ Modes, each updating the model with --batch examples per step:
   data_parallel   synchronous data parallelism over the devices that held the model alone, the
                   batch split in proportion to their measured speed alone (its strongest version)
   filter_split    the planner's one-group plan; the benchmark fails if it splits no dim
+  even            every split dim split evenly over the one-group plan's devices (timed only: the
+                  cost model's prediction of a layout the planner did not choose)
   hybrid          the planner's grid: groups step concurrently, each on its own batch; their
                   parameter-server commits are not timed here (bench/time_to_accuracy.py times them).
                   When the grid is the one-group plan itself, it is measured once (for both).
@@ -23,9 +25,14 @@ recorded with the error naming the device and is not timed. Timing then interlea
 mode that fits on one testbed (limits off: only this phase runs there; the quotas lifted for the
 set-up and each device's first run of its graph, restored before the counted warm-up step). Prints one JSON object;
 exit code 1 if the filter split is not split or the hybrid plan does not run.
+
+The cost model is checked on the same run: the step it predicts for the planned groups, the even
+split and each device alone (the all-replicated alternative's groups) against the step measured
+(`prediction_max_error`, at most 15% off).
 """
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import os
 import statistics
@@ -38,9 +45,10 @@ sys.path.insert(0, ROOT)
 from edgemesh_tf.cluster import emulated_cluster, load_cluster  # noqa: E402
 from edgemesh_tf.data import IMAGE_SHAPES  # noqa: E402
 from edgemesh_tf.mesh.compat import tf  # noqa: E402
-from edgemesh_tf.mesh.layout import Layout, single_device_layout  # noqa: E402
+from edgemesh_tf.mesh.layout import Layout, even_split_layout, single_device_layout  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import model_stats, plan, predict  # noqa: E402
+from edgemesh_tf.planner.grid import GroupPlan  # noqa: E402
 from edgemesh_tf.profile.profiler import read_vm_kb  # noqa: E402
 from edgemesh_tf.planner.calibrate import calibrated, steps_to_time  # noqa: E402
 from edgemesh_tf.profile.run import budgets, profile_workers  # noqa: E402
@@ -49,7 +57,9 @@ from edgemesh_tf.profile.step_timer import LayoutRunner, measure_side_by_side, r
 PAPER = {"delay_reduction_x": 3.2, "memory_change": -0.43}
 THRESHOLDS = {"delay_mean_alone_over_hybrid": 3.2, "delay_fastest_alone_over_hybrid": 1.5,
               "delay_data_parallel_over_hybrid": 1.3, "hybrid_over_sum_of_alone_throughput": 0.75,
-              "hybrid_max_peak_over_alone_peak": 0.57}
+              "hybrid_max_peak_over_alone_peak": 0.57, "prediction_max_error": 0.15}
+AT_MOST = ("hybrid_max_peak_over_alone_peak", "prediction_max_error")  # the other checks are lower bounds
+PREDICTED_LAYOUTS = ("filter_split", "hybrid", "even")  # plans whose groups' predicted steps are checked
 
 
 def proportional(total: int, weights: list[float]) -> tuple[int, ...]:
@@ -190,6 +200,14 @@ def _progress(what: str, t_start: float) -> None:
     print("[claims] %s (%.0f s in all)" % (what, time.time() - t_start), file=sys.stderr, flush=True)
 
 
+def even_plan(one_group, profile, spec, stats, batch):
+    """The one-group plan's devices with every split dim split evenly (for the cost model's check)."""
+    names = one_group.groups[0].names
+    layout, shares = even_split_layout(spec.split_dims(), names)
+    pred = predict([profile.device(n) for n in names], stats, shares, profile_batch=profile.batch)
+    return dataclasses.replace(one_group, kind="even", groups=(GroupPlan(names, layout, pred, batch),))
+
+
 def split_dims(p) -> list[str]:
     """The dims some group of plan ``p`` splits."""
     return sorted({name for g in p.groups for name, _ in g.layout.sizes if len(g.names) > 1})
@@ -213,9 +231,26 @@ def claims(out: dict) -> dict:
     alone_peaks = [max(v["peak_bytes"].values()) for k, v in m.items() if k.startswith("alone:") and "peak_bytes" in v]
     if m.get("hybrid", {}).get("peak_bytes") and alone_peaks:
         checks["hybrid_max_peak_over_alone_peak"] = max(m["hybrid"]["peak_bytes"].values()) / max(alone_peaks)
-    return {k: {"value": round(v, 3), "threshold": THRESHOLDS[k],
-                "pass": v <= THRESHOLDS[k] if k.startswith("hybrid_max_peak") else v >= THRESHOLDS[k]}
+    ratios = prediction_ratios(out)
+    if ratios:
+        checks["prediction_max_error"] = max(abs(r - 1.0) for r in ratios.values())
+    return {k: {"value": round(v, 3), "threshold": THRESHOLDS[k], "at_most": k in AT_MOST,
+                "pass": v <= THRESHOLDS[k] if k in AT_MOST else v >= THRESHOLDS[k]}
             for k, v in checks.items()}
+
+
+def prediction_ratios(out: dict) -> dict[str, float]:
+    """{layout: predicted / measured step} of every planned and even group and every device alone
+    that was timed (pure)."""
+    got = {}
+    for m in PREDICTED_LAYOUTS:
+        for g in (out.get(f"{m}_plan") or {}).get("groups", []):
+            if "predicted_over_measured" in g:
+                got[f"{m}[{','.join(g['devices'])}]"] = g["predicted_over_measured"]
+    for k, v in out["modes"].items():
+        if k.startswith("alone:") and "predicted_over_measured" in v:
+            got[k] = v["predicted_over_measured"]
+    return got
 
 
 def main():
@@ -249,13 +284,16 @@ def main():
 
     plans = {"filter_split": plan(profile, spec, groups=1, batch=args.batch),
              "hybrid": plan(profile, spec, batch=args.batch)}
+    plans["even"] = even_plan(plans["filter_split"], profile, spec, stats, args.batch)
     for m, p in plans.items():
         out[f"{m}_plan"] = {"kind": p.kind, "split_dims": split_dims(p), "predicted_examples_per_sec":
                             round(p.examples_per_sec, 2), "alternatives": {k: round(v, 2) for k, v in p.alternatives},
                             "groups": [{"devices": list(g.names), "sizes": {k: list(v) for k, v in g.layout.sizes},
                                         "predicted_step_ms": round(g.prediction.step_ms, 1),
                                         "calibrated_predicted_step_ms": calibrated_step_ms(g.names, g.layout.sizes),
-                                        "predicted_memory_mib": [round(b / 2 ** 20, 1) for b in g.prediction.memory_bytes]}
+                                        "predicted_memory_mib": [round(b / 2 ** 20, 1) for b in g.prediction.memory_bytes],
+                                        "predicted_compute_ms": [round(x, 1) for x in g.prediction.compute_ms],
+                                        "predicted_comm_ms": [round(x, 1) for x in g.prediction.comm_ms]}
                                        for g in p.groups]}
     if not out["filter_split_plan"]["split_dims"]:
         out["errors"].append("filter_split: the planner's one-group plan splits no dim (%s); nothing to measure"
@@ -284,7 +322,7 @@ def main():
         if "peak_bytes" in rec:
             rec["max_peak_mib"] = round(max(rec["peak_bytes"].values()) / 2 ** 20, 1)
             rec["mean_peak_mib"] = round(statistics.mean(rec["peak_bytes"].values()) / 2 ** 20, 1)
-    timed = [m for m in modes if "out_of_memory" not in out["modes"].get(m, {})]
+    timed = [m for m in modes if "out_of_memory" not in out["modes"].get(m, {})] + ["even"]
     with emulated_cluster(cluster, memory="off") as em:
         runners = {}
         try:
@@ -305,7 +343,7 @@ def main():
     if same_plan and not out["errors"] and "hybrid" in timed:
         out["modes"]["filter_split"] = {**out["modes"]["hybrid"], "same_plan_as": "hybrid"}
         timed.append("filter_split")
-    for m in ("filter_split", "hybrid"):  # the planner's step prediction against the step measured here
+    for m in PREDICTED_LAYOUTS:  # the planner's step prediction against the step measured here
         if m in timed:
             for grp, measured in zip(out[f"{m}_plan"]["groups"], out["modes"][m]["median_step_ms"]):
                 grp["measured_step_ms"] = measured

@@ -43,6 +43,23 @@ def test_claims_compare_the_hybrid_with_every_alternative():
     assert not worse["delay_mean_alone_over_hybrid"]["pass"] and not worse["hybrid_max_peak_over_alone_peak"]["pass"]
 
 
+def test_the_cost_model_is_checked_on_planned_even_and_alone_steps(tmp_path):
+    res = _result()
+    res["filter_split_plan"]["groups"][0].update(predicted_over_measured=1.05)
+    res["even_plan"] = {"kind": "even", "groups": [{"devices": ["a", "b"], "sizes": {"conv1": [32, 32]},
+                                                     "predicted_over_measured": 0.88}]}
+    res["modes"]["alone:a"]["predicted_over_measured"] = 1.1
+    assert claims.prediction_ratios(res) == {"filter_split[a,b]": 1.05, "even[a,b]": 0.88, "alone:a": 1.1}
+    got = claims.claims(res)["prediction_max_error"]
+    assert got == {"value": 0.12, "threshold": 0.15, "at_most": True, "pass": True}
+    res["modes"]["alone:b"]["predicted_over_measured"] = 1.2  # 20% over
+    assert not claims.claims(res)["prediction_max_error"]["pass"]
+    res["checks"] = claims.claims(res)
+    text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "| prediction_max_error | 0.2 | ≤ 0.15 | **not met** |" in text
+    assert "`even` plan (even): [a, b] conv1 [32, 32]" in text
+
+
 def test_report_shows_modes_out_of_memory_and_claims(tmp_path):
     res = _result()
     res["checks"] = claims.claims(res)

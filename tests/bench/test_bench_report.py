@@ -197,3 +197,18 @@ def test_the_report_sums_make_bench_without_the_variants(rendered):
     expected = sum(r.get("seconds") or 0 for n, r in records.items() if n != "tta_variants")
     assert report.make_bench_seconds({**records, "tta_variants": {"seconds": 1e6}}) == pytest.approx(expected)
     assert f"`make bench` as recorded here (the sum of its benchmarks' latest times): {expected:.0f} s" in text
+
+
+def test_planner_section_shows_every_layout_and_the_prediction_check(tmp_path):
+    def lay(pred, meas):
+        return {"predicted_step_ms": pred, "measured_median_step_ms": meas, "predicted_over_measured": pred / meas,
+                "calibrated_over_measured": 1.0, "steps": 15}
+
+    res = {"model": "vgg", "dataset": "cifar10", "batch": 16, "cluster": "layouts/lan4.yaml",
+           "layouts": {"planned": lay(100.0, 95.0), "even": lay(110.0, 100.0), "alone:edge0": lay(60.0, 80.0)},
+           "planned_over_even_throughput": 1.05, "prediction_max_error": 0.25}
+    text, plots = report.planner_section({"status": "ok", "result": res}, str(tmp_path))
+    for k in ("planned", "even", "alone:edge0"):
+        assert f"| {k} |" in text
+    assert "Largest prediction error: 25.0% (issue 15: within 15%): **not met**." in text
+    assert plots == ["planner.png"]
