@@ -239,17 +239,17 @@ def claims(out: dict) -> dict:
             for k, v in checks.items()}
 
 
-def prediction_ratios(out: dict) -> dict[str, float]:
+def prediction_ratios(out: dict, field: str = "predicted_over_measured") -> dict[str, float]:
     """{layout: predicted / measured step} of every planned and even group and every device alone
-    that was timed (pure)."""
+    that was timed (pure); field "uncalibrated_over_measured": by the layer times as measured."""
     got = {}
     for m in PREDICTED_LAYOUTS:
         for g in (out.get(f"{m}_plan") or {}).get("groups", []):
-            if "predicted_over_measured" in g:
-                got[f"{m}[{','.join(g['devices'])}]"] = g["predicted_over_measured"]
+            if field in g:
+                got[f"{m}[{','.join(g['devices'])}]"] = g[field]
     for k, v in out["modes"].items():
-        if k.startswith("alone:") and "predicted_over_measured" in v:
-            got[k] = v["predicted_over_measured"]
+        if k.startswith("alone:") and field in v:
+            got[k] = v[field]
     return got
 
 
@@ -273,24 +273,24 @@ def main():
                                   {n: d.pid for n, d in em.devices.items()},
                                   **steps_to_time(budgets(cluster), spec, args.batch))
     _progress("profiled", t_start)
-    # the planner plans from the layer times as measured; the calibrated prediction is reported beside it
+    # the planner plans from the calibrated layer times (planner/calibrate.py); as measured reported beside them
     cal = calibrated(profile, spec)
     out["compute_scale"] = cal.compute_scale
     out["split_overhead_ms"] = cal.devices[0].split_overhead_ms
     stats = model_stats(spec, args.batch)
 
-    def calibrated_step_ms(names, sizes) -> float:
-        return round(predict([cal.device(n) for n in names], stats, dict(sizes), profile_batch=profile.batch).step_ms, 1)
+    def uncalibrated_step_ms(names, sizes) -> float:
+        return round(predict([profile.device(n) for n in names], stats, dict(sizes), profile_batch=profile.batch).step_ms, 1)
 
     plans = {"filter_split": plan(profile, spec, groups=1, batch=args.batch),
              "hybrid": plan(profile, spec, batch=args.batch)}
-    plans["even"] = even_plan(plans["filter_split"], profile, spec, stats, args.batch)
+    plans["even"] = even_plan(plans["filter_split"], cal, spec, stats, args.batch)
     for m, p in plans.items():
         out[f"{m}_plan"] = {"kind": p.kind, "split_dims": split_dims(p), "predicted_examples_per_sec":
                             round(p.examples_per_sec, 2), "alternatives": {k: round(v, 2) for k, v in p.alternatives},
                             "groups": [{"devices": list(g.names), "sizes": {k: list(v) for k, v in g.layout.sizes},
                                         "predicted_step_ms": round(g.prediction.step_ms, 1),
-                                        "calibrated_predicted_step_ms": calibrated_step_ms(g.names, g.layout.sizes),
+                                        "uncalibrated_step_ms": uncalibrated_step_ms(g.names, g.layout.sizes),
                                         "predicted_memory_mib": [round(b / 2 ** 20, 1) for b in g.prediction.memory_bytes],
                                         "predicted_compute_ms": [round(x, 1) for x in g.prediction.compute_ms],
                                         "predicted_comm_ms": [round(x, 1) for x in g.prediction.comm_ms]}
@@ -348,18 +348,20 @@ def main():
             for grp, measured in zip(out[f"{m}_plan"]["groups"], out["modes"][m]["median_step_ms"]):
                 grp["measured_step_ms"] = measured
                 grp["predicted_over_measured"] = round(grp["predicted_step_ms"] / measured, 3)
-                grp["calibrated_over_measured"] = round(grp["calibrated_predicted_step_ms"] / measured, 3)
-    for n in workers:  # each device alone: the cost model's step, as measured and calibrated, against the measured one
+                grp["uncalibrated_over_measured"] = round(grp["uncalibrated_step_ms"] / measured, 3)
+    for n in workers:  # each device alone: the cost model's step, calibrated and as measured, against the measured one
         rec = out["modes"].get(f"alone:{n}", {})
         if rec.get("median_step_ms"):
-            raw = predict([profile.device(n)], stats, {}, profile_batch=profile.batch).step_ms
-            cal_ms = calibrated_step_ms([n], ())
-            rec.update(predicted_step_ms=round(raw, 1), calibrated_predicted_step_ms=cal_ms,
-                       predicted_over_measured=round(raw / rec["median_step_ms"][0], 3),
-                       calibrated_over_measured=round(cal_ms / rec["median_step_ms"][0], 3))
+            ms = predict([cal.device(n)], stats, {}, profile_batch=profile.batch).step_ms
+            raw_ms = uncalibrated_step_ms([n], ())
+            rec.update(predicted_step_ms=round(ms, 1), uncalibrated_step_ms=raw_ms,
+                       predicted_over_measured=round(ms / rec["median_step_ms"][0], 3),
+                       uncalibrated_over_measured=round(raw_ms / rec["median_step_ms"][0], 3))
     if "hybrid" not in timed:
         out["errors"].append("hybrid: the planned grid ran out of memory: %s" % out["modes"]["hybrid"]["out_of_memory"])
     out["checks"] = claims(out)
+    raw = prediction_ratios(out, "uncalibrated_over_measured")
+    out["uncalibrated_max_error"] = round(max(abs(r - 1) for r in raw.values()), 3) if raw else None
     out["seconds"] = round(time.time() - t_start, 1)
     print(json.dumps(out, indent=1))
     if out["errors"]:

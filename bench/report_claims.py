@@ -43,17 +43,22 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
                f"({fmt(g['predicted_over_measured'], 2)}×)" if "measured_step_ms" in g else "")
             + (f"; calibrated to the whole step timed while profiling: {fmt(g['calibrated_predicted_step_ms'], 0)} ms "
                f"({fmt(g['calibrated_over_measured'], 2)}×)" if "calibrated_over_measured" in g else "")
+            + (f"; uncalibrated (layer times as measured): {fmt(g['uncalibrated_step_ms'], 0)} ms "
+               f"({fmt(g['uncalibrated_over_measured'], 2)}×)" if "uncalibrated_over_measured" in g else "")
             + (f"; per device, predicted compute {', '.join(fmt(x, 0) for x in g['predicted_compute_ms'])} ms and "
                f"communication {', '.join(fmt(x, 0) for x in g['predicted_comm_ms'])} ms"
                if len(g.get("predicted_comm_ms", ())) > 1 else "")
             for g in p.get("groups", [])))
-    for m, d in modes.items():
-        if "calibrated_over_measured" in d and m not in ("filter_split", "hybrid"):
+    for m, d in modes.items():  # (records before the plan calibrated show the calibrated figure beside it)
+        other, key = (("uncalibrated", "uncalibrated_step_ms") if "uncalibrated_over_measured" in d
+                      else ("calibrated", "calibrated_predicted_step_ms"))
+        if f"{other}_over_measured" in d and m not in ("filter_split", "hybrid"):
             text.append(f"- `{m}`: step measured {fmt(d['median_step_ms'][0], 0)} ms, predicted "
-                        f"{fmt(d['predicted_step_ms'], 0)} ms ({fmt(d['predicted_over_measured'], 2)}×), calibrated "
-                        f"{fmt(d['calibrated_predicted_step_ms'], 0)} ms ({fmt(d['calibrated_over_measured'], 2)}×)")
+                        f"{fmt(d['predicted_step_ms'], 0)} ms ({fmt(d['predicted_over_measured'], 2)}×), {other} "
+                        f"{fmt(d[key], 0)} ms ({fmt(d[f'{other}_over_measured'], 2)}×)")
     if res.get("compute_scale") not in (None, 1.0):
-        text.append(f"- Calibration (`planner/calibrate.py`, not used by the plan): layer times × "
+        used = "used by the plan" if "uncalibrated_max_error" in res else "not used by the plan"
+        text.append(f"- Calibration (`planner/calibrate.py`, {used}): layer times × "
                     f"{fmt(res['compute_scale'], 3)}, the factor that makes the cost model predict the whole step "
                     "timed on one device while profiling"
                     + (f", and {fmt(res['split_overhead_ms'], 1)} ms per split layer, fitted to an even split step "

@@ -17,8 +17,9 @@ largest budgets (`Profile.split_step_ms`), and the ms it takes beyond the scaled
 per split layer, becomes every device's `split_overhead_ms`, charged by the cost model with each
 split layer's gather.
 
-`plan` calibrates only when asked (`plan(..., calibrate=True)`); the benchmarks report the
-calibrated prediction beside the plan's own. With nothing timed the profile is left as measured.
+`plan` calibrates by default (`plan(..., calibrate=False)`: the layer times as measured); the
+benchmarks report the uncalibrated prediction beside the plan's own. With nothing timed the profile
+is left as measured.
 """
 from __future__ import annotations
 

@@ -224,7 +224,7 @@ def _search(grid: _Grid, devices, groups: int | None):
 
 def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch: int | None = None,
          chunks: int | None = None, commit_interval: int = 1,
-         staleness_penalty: float = STALENESS_PENALTY, calibrate: bool = False) -> Plan:
+         staleness_penalty: float = STALENESS_PENALTY, calibrate: bool = True) -> Plan:
     """Plans the grid and the filter division of ``spec`` on the devices of ``profile``.
 
     groups: force this many data-parallel groups (default: the best grid found, any number).
@@ -232,8 +232,9 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     chunks: coarse share granularity (see ``division.quantum``).
     staleness_penalty: s of the objective (see the module docstring), >= 0.
     calibrate: calibrate the cost model by the steps timed while profiling (``calibrate``: the layer
-      times scaled to a whole step, a split overhead fitted to a split step). Off by default until it
-      is shown to predict measured steps better (bench/edgemesh_claims.py reports both).
+      times scaled to a whole step, a split overhead fitted to a split step; a profile without them
+      is used as measured). On by default: it predicted the measured steps better on every cluster
+      measured (docs/DESIGN.md; bench/planner.py and bench/edgemesh_claims.py report both).
     Raises PlanError when nothing fits in memory.
     """
     if not profile.devices:

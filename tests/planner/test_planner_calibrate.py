@@ -42,13 +42,13 @@ def test_no_measurement_or_a_wild_one_leaves_the_profile_as_measured():
     assert compute_scale(wild, SPEC) is None and calibrated(wild, SPEC).devices == wild.devices
 
 
-def test_calibrating_twice_scales_once_and_plan_calibrates_only_when_asked():
+def test_calibrating_twice_scales_once_and_plan_calibrates_unless_told_not_to():
     p = _profile(whole=predict([_profile().devices[0]], STATS, {}).step_ms * 0.5)
     once = calibrated(p, SPEC)
     assert calibrated(once, SPEC) is once and once.compute_scale < 1
-    assert plan(p, SPEC, calibrate=True).examples_per_sec == pytest.approx(plan(once, SPEC).examples_per_sec)
-    assert plan(p, SPEC, calibrate=True).examples_per_sec > plan(p, SPEC).examples_per_sec
-    assert plan(p, SPEC).examples_per_sec == pytest.approx(plan(_profile(), SPEC).examples_per_sec)
+    assert plan(p, SPEC).examples_per_sec == pytest.approx(plan(once, SPEC).examples_per_sec)
+    assert plan(p, SPEC).examples_per_sec > plan(p, SPEC, calibrate=False).examples_per_sec
+    assert plan(p, SPEC, calibrate=False).examples_per_sec == pytest.approx(plan(_profile(), SPEC).examples_per_sec)
 
 
 def test_the_whole_step_is_timed_on_the_largest_budget_only_if_the_model_fits_it():
