@@ -133,6 +133,10 @@ def main():
             out[key] = round(float(max(abs(v[field] - 1) for v in out["layouts"].values())), 3)
         out["predictions_within_15pct"] = bool(out["prediction_max_error"] <= 0.15)
         out["compute_scale"] = cal.compute_scale
+        out["calibration"] = {"compute_scale": cal.compute_scale, "split_step_ms": profile.split_step_ms,
+                              "split_step_devices": list(profile.split_step_devices),
+                              "split_overhead_ms": cal.devices[0].split_overhead_ms,
+                              "whole_step_ms": {d.name: d.whole_step_ms for d in profile.devices if d.whole_step_ms}}
 
     out["memory"] = {}
     for model in [m for m in args.memory_models.split(",") if m]:
