@@ -234,6 +234,7 @@ def claims(out: dict) -> dict:
     ratios = prediction_ratios(out)
     if ratios:
         checks["prediction_max_error"] = max(abs(r - 1.0) for r in ratios.values())
+    checks = {k: float(v) for k, v in checks.items()}  # plain floats: figures may come as numpy scalars
     return {k: {"value": round(v, 3), "threshold": THRESHOLDS[k], "at_most": k in AT_MOST,
                 "pass": v <= THRESHOLDS[k] if k in AT_MOST else v >= THRESHOLDS[k]}
             for k, v in checks.items()}
@@ -361,9 +362,9 @@ def main():
         out["errors"].append("hybrid: the planned grid ran out of memory: %s" % out["modes"]["hybrid"]["out_of_memory"])
     out["checks"] = claims(out)
     raw = prediction_ratios(out, "uncalibrated_over_measured")
-    out["uncalibrated_max_error"] = round(max(abs(r - 1) for r in raw.values()), 3) if raw else None
+    out["uncalibrated_max_error"] = round(float(max(abs(r - 1) for r in raw.values())), 3) if raw else None
     out["seconds"] = round(time.time() - t_start, 1)
-    print(json.dumps(out, indent=1))
+    print(json.dumps(out, indent=1, default=lambda o: o.item()))  # numpy scalars as plain numbers
     if out["errors"]:
         print("edgemesh_claims: " + "; ".join(out["errors"]), file=sys.stderr)
         sys.exit(1)

@@ -159,7 +159,7 @@ def main():
             "split_over_one_device_max": round(max(peaks["filter_split"].values())
                                                / max(1, max(peaks["one_device"].values())), 3)}
     out["seconds"] = round(time.time() - t_start, 1)
-    print(json.dumps(out))
+    print(json.dumps(out, default=lambda o: o.item()))  # numpy scalars as plain numbers
 
 
 if __name__ == "__main__":
