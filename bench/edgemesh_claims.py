@@ -240,6 +240,25 @@ def claims(out: dict) -> dict:
             for k, v in checks.items()}
 
 
+def compute_bound(out: dict) -> dict | None:
+    """What no division can beat (pure): with every worker's compute used in full and no
+    communication, delay per example = the fastest alone's / (sum of the profiled speeds relative
+    to the fastest). {"speed_sum": that sum, "fastest_over_bound", "mean_over_bound": the delay
+    ratios at that bound, "hybrid_share_of_bound": the hybrid's fastest-alone ratio over it}."""
+    speeds, m = out.get("profiled_speed"), out["modes"]
+    alone = {k.split(":", 1)[1]: v["ms_per_example"] for k, v in m.items()
+             if k.startswith("alone:") and "ms_per_example" in v}
+    if not speeds or not alone:
+        return None
+    fastest = min(alone.values())
+    bound_ms = fastest / sum(speeds.values())
+    got = {"speed_sum": round(sum(speeds.values()), 3), "fastest_over_bound": round(fastest / bound_ms, 3),
+           "mean_over_bound": round(statistics.mean(alone.values()) / bound_ms, 3)}
+    if m.get("hybrid", {}).get("ms_per_example"):
+        got["hybrid_share_of_bound"] = round(bound_ms / m["hybrid"]["ms_per_example"], 3)
+    return got
+
+
 def prediction_ratios(out: dict, field: str = "predicted_over_measured") -> dict[str, float]:
     """{layout: predicted / measured step} of every planned and even group and every device alone
     that was timed (pure); field "uncalibrated_over_measured": by the layer times as measured."""
@@ -300,6 +319,7 @@ def main():
         out["errors"].append("filter_split: the planner's one-group plan splits no dim (%s); nothing to measure"
                              % out["filter_split_plan"]["groups"])
     speed = {d.name: 1.0 / sum(t.compute_ms for t in d.layers) for d in profile.devices}
+    out["profiled_speed"] = {n: round(v / max(speed.values()), 3) for n, v in speed.items()}
     alone = [f"alone:{n}" for n in workers]
     dp = {n: 0 for n in workers}  # the devices that hold the model alone, set by the memory phase
     if args.memory:
@@ -361,6 +381,7 @@ def main():
     if "hybrid" not in timed:
         out["errors"].append("hybrid: the planned grid ran out of memory: %s" % out["modes"]["hybrid"]["out_of_memory"])
     out["checks"] = claims(out)
+    out["compute_bound"] = compute_bound(out)
     raw = prediction_ratios(out, "uncalibrated_over_measured")
     out["uncalibrated_max_error"] = round(float(max(abs(r - 1) for r in raw.values())), 3) if raw else None
     out["seconds"] = round(time.time() - t_start, 1)

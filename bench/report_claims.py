@@ -77,6 +77,16 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
         text.append(f"The mean, the fastest and the sum of the devices alone are over those that hold the model "
                     f"alone ({', '.join(alone)}); {', '.join(oom)} ran out of memory alone and count in no "
                     "denominator, though the plan may use them.\n")
+    b = res.get("compute_bound")
+    if checks and b:
+        text.append(f"Why the delay claims are hard here: the workers' profiled speeds sum to {fmt(b['speed_sum'], 2)}× "
+                    f"the fastest's ({', '.join(f'{n} {fmt(v, 2)}' for n, v in res['profiled_speed'].items())}). "
+                    f"Even with every worker's compute used in full and no communication at all, a division could "
+                    f"be at most {fmt(b['fastest_over_bound'], 2)}× faster than the fastest device alone and "
+                    f"{fmt(b['mean_over_bound'], 2)}× faster than the mean of those alone"
+                    + (f"; the hybrid reaches {fmt(100 * b['hybrid_share_of_bound'], 0)}% of that bound"
+                       if "hybrid_share_of_bound" in b else "") + ". The gathers and reductions of activations "
+                    "over the links take the rest (the plan's predicted communication above).\n")
     for e in res.get("errors", []):
         text.append(f"**Error**: {e}\n")
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))

@@ -64,6 +64,22 @@ def test_the_cost_model_is_checked_on_planned_even_and_alone_steps(tmp_path):
     assert "`even` plan (even): [a, b] conv1 [32, 32]" in text
 
 
+def test_the_compute_bound_says_what_no_division_can_beat(tmp_path):
+    res = _result()
+    res["profiled_speed"] = {"a": 1.0, "b": 0.7, "c": 0.3}
+    b = claims.compute_bound(res)
+    # fastest alone 40 ms per example; all three at full use: 40 / 2.0 = 20 ms
+    assert b == {"speed_sum": 2.0, "fastest_over_bound": 2.0, "mean_over_bound": 2.5, "hybrid_share_of_bound": 2.0}
+    res["modes"]["hybrid"]["ms_per_example"] = 25.0
+    res["compute_bound"] = claims.compute_bound(res)
+    assert res["compute_bound"]["hybrid_share_of_bound"] == 0.8
+    res["checks"] = claims.claims(res)
+    text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "at most 2.0× faster than the fastest device alone and 2.5× faster than the mean" in text
+    assert "the hybrid reaches 80% of that bound" in text
+    assert claims.compute_bound({"modes": {}}) is None
+
+
 def test_report_shows_modes_out_of_memory_and_claims(tmp_path):
     res = _result()
     res["checks"] = claims.claims(res)
