@@ -77,6 +77,8 @@ def test_the_compute_bound_says_what_no_division_can_beat(tmp_path):
     text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
     assert "at most 2.0× faster than the fastest device alone and 2.5× faster than the mean" in text
     assert "the hybrid reaches 80% of that bound" in text
+    assert "beyond that bound: out of reach" in text  # 2.5 < 3.2
+    assert report_claims.THRESHOLD_MEAN == claims.THRESHOLDS["delay_mean_alone_over_hybrid"]
     assert claims.compute_bound({"modes": {}}) is None
 
 
