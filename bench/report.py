@@ -12,11 +12,12 @@ import os
 
 from report_common import LABELS, MIB, _compact, _figure, _status_line, fmt, plt, result, table  # noqa: F401  (LABELS: the tests read it here)
 from report_claims import claims_section
+from report_final import final_section
 from report_tta import tta_section, tta_variants_section
 
 ORDER = ("uneven_split", "emulation", "emulation_pi4", "planner", "edgemesh_claims", "time_to_accuracy", "faults",
-         "tta_variants")
-NOT_IN_MAKE_BENCH = ("tta_variants",)  # run by its own make target; absent is "not run", not a failure
+         "tta_variants", "final_accuracy")
+NOT_IN_MAKE_BENCH = ("tta_variants", "final_accuracy")  # run by their own make targets; absent is "not run"
 
 
 def load(results_dir: str) -> tuple[dict, dict]:
@@ -70,6 +71,11 @@ def planner_section(rec, out_dir) -> tuple[str, list[str]]:
     text.append(table(["Layout", "Predicted", "Measured", "Predicted ÷ measured",
                        "Calibrated ÷ measured (`planner/calibrate.py`, not used by the plan)" if old
                        else "Uncalibrated ÷ measured (layer times as profiled)", "Steps"], rows) + "\n")
+    lay = res.get("planned_layout")
+    if lay:
+        split = {d: v for d, v in lay["sizes"].items() if v != "replicated"}
+        text.append(f"The one-group plan: {', '.join(lay['devices'])}, "
+                    + (", ".join(f"{d} {v}" for d, v in split.items()) if split else "every layer whole") + ".\n")
     text.append(f"Planned over even throughput: {fmt(res.get('planned_over_even_throughput'), 3)}×.\n")
     if "prediction_max_error" in res:
         ok = res["prediction_max_error"] <= 0.15
@@ -147,7 +153,7 @@ def faults_section(rec, out_dir) -> tuple[str, list[str]]:
 
 SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, "planner": planner_section,
             "emulation": emulation_section, "uneven_split": uneven_section, "faults": faults_section,
-            "tta_variants": tta_variants_section,
+            "tta_variants": tta_variants_section, "final_accuracy": final_section,
             "emulation_pi4": lambda rec, out: emulation_section(rec, out, "emulation_pi4")}
 
 
@@ -181,8 +187,8 @@ def render(results_dir: str, out_dir: str) -> str:
     head.append(f"`make bench` as recorded here (the sum of its benchmarks' latest times): "
                 f"{fmt(make_bench_seconds(records), 0)} s = {fmt(make_bench_seconds(records) / 60, 1)} min.\n")
     body = []
-    for name in ("time_to_accuracy", "tta_variants", "edgemesh_claims", "planner", "emulation", "emulation_pi4",
-                 "uneven_split", "faults"):
+    for name in ("time_to_accuracy", "tta_variants", "final_accuracy", "edgemesh_claims", "planner", "emulation",
+                 "emulation_pi4", "uneven_split", "faults"):
         text, _ = SECTIONS[name](records[name], out_dir)
         body.append(text)
     failed = [r for r in records.values() if r.get("status") != "ok" and r.get("stderr_tail")]

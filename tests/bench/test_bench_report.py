@@ -206,10 +206,12 @@ def test_planner_section_shows_every_layout_and_the_prediction_check(tmp_path):
 
     res = {"model": "vgg", "dataset": "cifar10", "batch": 16, "cluster": "layouts/lan4.yaml",
            "layouts": {"planned": lay(100.0, 95.0), "even": lay(110.0, 100.0), "alone:edge0": lay(60.0, 80.0)},
-           "planned_over_even_throughput": 1.05, "prediction_max_error": 0.25, "uncalibrated_max_error": 0.4}
+           "planned_over_even_throughput": 1.05, "prediction_max_error": 0.25, "uncalibrated_max_error": 0.4,
+           "planned_layout": {"devices": ["edge0", "edge1"], "sizes": {"conv1": [20, 12], "fc1": "replicated"}}}
     text, plots = report.planner_section({"status": "ok", "result": res}, str(tmp_path))
     for k in ("planned", "even", "alone:edge0"):
         assert f"| {k} |" in text
     assert "Largest prediction error: 25.0% (issue 15: within 15%): **not met**; uncalibrated 40.0%." in text
     assert "Uncalibrated ÷ measured" in text
+    assert "The one-group plan: edge0, edge1, conv1 [20, 12]." in text
     assert plots == ["planner.png"]
