@@ -170,9 +170,7 @@ def measure(cluster, tolerance: float = 0.15, rounds: int = 3) -> dict:
             else:
                 ok = within(lat, d.latency_ms, tolerance) if d.latency_ms else lat < 1.0
             if d.bandwidth_mbit:
-                # with sinks the bare link decides and TF's gRPC rate is shown beside it: a shorter
-                # transfer (at 1 Gbit/s, 1.5 s of it took ~20 s a device over its 4 transfers)
-                bw = bandwidth_mbit(cluster, d.name, d.bandwidth_mbit, seconds=0.5 if sinks else 1.5)
+                bw = bandwidth_mbit(cluster, d.name, d.bandwidth_mbit)
                 entry.update({"bandwidth_mbit_file": d.bandwidth_mbit, "download_mbit": round(bw["download"], 2),
                               "upload_mbit": round(bw["upload"], 2)})
                 if sinks:
