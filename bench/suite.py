@@ -58,7 +58,7 @@ BENCHES = (
     # are checked by edgemesh_claims); memory: the weight-bound model only (the activation-bound vgg: DESIGN.md)
     Bench("planner", "planner.py", LAN4 + ("--dataset", "cifar10", "--batch", "16", "--steps", "15",
                                            "--memory_models", "vgg_wide"),
-          LAN4 + ("--dataset", "cifar10", "--batch", "16", "--steps", "3", "--memory_models", ""), 1200),
+          LAN4 + ("--steps", "3", "--memory_models", ""), 1200),  # quick: the small digits input
     # VGG-16 on the Pi-class cluster, memory limits enforced (bench/edgemesh_claims.py --help)
     Bench("edgemesh_claims", "edgemesh_claims.py", PI4,
           PI4 + ("--model", "vgg_wide", "--steps", "2", "--memory", "0"), 1500),
@@ -66,7 +66,7 @@ BENCHES = (
     # on homo4 (120 s) (bench/time_to_accuracy.py --estimate: the time); past the timeout it is sent SIGTERM and
     # prints the runs made so far
     Bench("time_to_accuracy", "time_to_accuracy.py", CLUSTER + ("--variants", ""),
-          CLUSTER + ("--quick", "--variants", ""), 4800),
+          CLUSTER + ("--quick", "--variants", "", "--homo_cluster", ""), 4800),  # quick: edge4 only
     # quick: the ps fault only (~80 s; e's re-admission takes ~3 min and has its own test,
     # tests/engine/test_engine_rejoin.py), so that QUICK=1 stays within 10 minutes
     Bench("faults", "faults.py", CLUSTER, CLUSTER + ("--quick", "--scenarios", "c"), 1800),
