@@ -42,7 +42,7 @@ bench: install
 bench-variants: install
 	$(BIN)/python bench/suite.py --only tta_variants $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
-# ASHL's final accuracy against BSP converged (issue 16), ~35 min (2 seeds), into the same report.
+# ASHL's final accuracy against BSP converged (issue 16), ~45 min (2 seeds), into the same report.
 bench-final: install
 	$(BIN)/python bench/suite.py --only final_accuracy $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
