@@ -127,8 +127,15 @@ def variants_table(res: dict) -> list[str]:
                      _ci(s.get("ratio_to_baseline_ci95", s.get("ratio_to_ashl_ci95"))), fmt(s.get("p"), 4),
                      fmt(s.get("final_accuracy"), 4)])
     text.append(table(["Variant", "Options", "Median time to target", "Reached", "÷ as published", "95% CI", "p",
-                       "Final accuracy"], rows) + "\n")
+                       final_header(res)], rows) + "\n")
     return text
+
+
+def final_header(res: dict, label: str = "Final accuracy") -> str:
+    """The final-accuracy column's header: on how many test images (records before
+    final_eval_examples: all of them)."""
+    n = res.get("final_eval_examples")
+    return f"{label} ({n:,} test images)" if n else f"{label} (all test images)"
 
 
 def _ci(ci, digits=3) -> str:
@@ -267,7 +274,7 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
         text.append(f"### {name} (`{c['cluster']}`; network {c.get('network')}, compute {c.get('compute')}; "
                     f"evaluations every {fmt(c.get('eval_spacing_s'), 2, ' s')} (median))\n")
         text.append(f"![{name}]({png})\n")
-        text.append(table(["Strategy", "Median time to target", "95% CI", "Reached", "Final accuracy (median)",
+        text.append(table(["Strategy", "Median time to target", "95% CI", "Reached", final_header(res, "Final accuracy, median"),
                            "Sent", "Waiting", "÷ BSP", "÷ ADSP"], rows) + "\n")
         why = "; ".join(f"{LABELS.get(n, n)}: " + ", ".join(f"{k} {w}" for w, k in s["not_reached"].items())
                         for n, s in c["strategies"].items() if s.get("not_reached"))
@@ -310,7 +317,7 @@ def tta_variants_section(rec, out_dir) -> tuple[str, list[str]]:
     het = res.get("heterogeneous") or {}
     rows = _strategy_rows(het)
     if rows:
-        text.append(table(["As published", "Median time to target", "95% CI", "Reached", "Final accuracy"], rows)
+        text.append(table(["As published", "Median time to target", "95% CI", "Reached", final_header(res)], rows)
                     + "\n")
     text += variants_table(res)
     text.append(f"Wall time: {fmt(res.get('wall_s'), 0)} s.\n")

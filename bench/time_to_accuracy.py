@@ -66,7 +66,7 @@ sys.path.insert(0, HERE)
 
 import stats  # noqa: E402  (bench/stats.py)
 from tta_plan import (CONFIGS, CONSECUTIVE, DEFAULT_VARIANTS, DEFAULTS, EVAL_SPACING_S,  # noqa: E402,F401
-                      EXPECTED_TRAIN_S, FINAL_EVAL_S, MANY_SEEDS, QUICK, STARTUP_S, STRATEGIES, VARIANTS,
+                      EXPECTED_TRAIN_S, FINAL_EVAL_EXAMPLES, FINAL_EVAL_S, MANY_SEEDS, QUICK, STARTUP_S, STRATEGIES, VARIANTS,
                       Clock, _names, base_of, budget_of, estimate, estimate_s, expected_run_s, plan_of, schedule,
                       sync_config, tail_for)
 
@@ -117,7 +117,8 @@ class ClusterRuns:
                                      model=args.model, dataset=args.dataset, target_accuracy=args.target,
                                      target_evaluations=CONSECUTIVE, stop_after_target_s=args.tail_s,
                                      time_budget_s=budget_of(name, args, self.homogeneous),
-                                     eval_interval_s=args.eval_interval_s, checkpoint_interval_s=60.0, seed=seed,
+                                     eval_interval_s=args.eval_interval_s, final_eval_examples=FINAL_EVAL_EXAMPLES,
+                                     checkpoint_interval_s=60.0, seed=seed,
                                      logdir=logdir)
                     t0 = time.monotonic()
                     try:
@@ -257,7 +258,7 @@ def assemble(args, clusters: dict, estimate: float, wall: float, workdir: str, i
     out = {"format": 2, "dataset": args.dataset, "model": args.model, "target_accuracy": args.target,
            "consecutive_evaluations": CONSECUTIVE, "target_evaluations": CONSECUTIVE, "budget_s": budget,
            "bsp_budget_s": budget_of("bsp", args), "homo_budget_s": budget_of("ashl", args, True),
-           "eval_interval_s": args.eval_interval_s,
+           "eval_interval_s": args.eval_interval_s, "final_eval_examples": FINAL_EVAL_EXAMPLES,
            "tail_s": args.tail_s, "batch_per_group": args.batch,
            "seeds": {"ashl_adsp": args.seeds, "other": args.other_seeds, "variants": args.variant_seeds,
                      "homogeneous": args.homo_seeds},
@@ -371,7 +372,7 @@ def _help_estimate() -> str:
             f"{args.max_minutes:.0f} ({e['runs'] - e['variant_runs']} strategy runs and {e['variant_runs_in_cap']} "
             f"of the {e['variant_runs']} variant runs; all {e['runs']} runs: {e['full_s'] / 60:.0f} min). Time model: "
             f"{STARTUP_S:.0f} s set-up per run, an evaluation every {EVAL_SPACING_S['digits32']:.0f} s during training "
-            f"(1,000 test images), {FINAL_EVAL_S['digits32']:.0f} s for the final one (5,400), training to target "
+            f"(1,000 test images), {FINAL_EVAL_S['digits32']:.0f} s for the final one ({FINAL_EVAL_EXAMPLES:,}), training to target "
             f"ADSP {EXPECTED_TRAIN_S['adsp']:.0f} s, ASHL and variants "
             f"{EXPECTED_TRAIN_S['ashl']:.0f} s, BSP its budget. --quick: {q['capped_s'] / 60:.0f} min.")
 

@@ -39,11 +39,15 @@ MANY_SEEDS = ("ashl", "adsp")  # get --seeds on --cluster
 # warm-up pull and pushes (~2 s), the start;
 # FIRST_STARTUP_S more for a cluster's first run (the processes start); EVAL_SPACING_S: one
 # evaluation of vgg_m on the chief's 1,000-image subset during training (~2.5 s, then the interval);
-# FINAL_EVAL_S: the final evaluation on all 5,400 test images while the groups finish their round in
+# FINAL_EVAL_S: the final evaluation (FINAL_EVAL_EXAMPLES test images) while the groups finish their round in
 # flight (limits lifted), the checkpoint; EXPECTED_TRAIN_S: training time to target (None: runs to its budget).
 STARTUP_S = 7.0
 FIRST_STARTUP_S = 18.0
-FINAL_EVAL_S = {"digits32": 6.0}
+FINAL_EVAL_S = {"digits32": 3.0}
+# A run stops at the target, so its final accuracy is the target's give or take; the final evaluation
+# is on the evaluations' 1,000 images (all 5,400: ~3 s more a run, 27 runs). The final accuracy
+# against BSP's converged one is bench/final_accuracy.py's, on all 5,400.
+FINAL_EVAL_EXAMPLES = 1000
 STOP_S = 3.0
 EVAL_SPACING_S = {"digits32": 4.0}  # else --eval_interval_s
 EXPECTED_TRAIN_S = {"adsp": 63.0, "ashl": 56.0, "asp": 60.0, "local_sgd": 45.0, "bsp": None, "ssp": None}

@@ -25,7 +25,7 @@ from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.data import load_dataset
 from edgemesh_tf.engine import checkpoint, decide, records
 from edgemesh_tf.engine.config import JobConfig
-from edgemesh_tf.engine.evaluator import Evaluator, evaluate
+from edgemesh_tf.engine.evaluator import Evaluator, evaluate, held_out_indices
 from edgemesh_tf.engine.graph import build_replica_graph
 from edgemesh_tf.engine.liveness import Liveness
 from edgemesh_tf.engine.report import JobReport
@@ -72,8 +72,9 @@ class Chief:
                                      seed=cfg.seed, group=None, container="chief")
         idx = np.random.RandomState(cfg.seed).permutation(len(self.data.train_x))[:LOSS_SUBSET]
         self.loss_x, self.loss_y = self.data.train_x[idx], self.data.train_y[idx]
-        sub = np.random.RandomState(cfg.seed + 1).permutation(len(self.data.test_x))[:cfg.eval_examples]
+        sub, final = held_out_indices(len(self.data.test_x), cfg.seed, cfg.eval_examples, cfg.final_eval_examples)
         self.eval_x, self.eval_y = self.data.test_x[sub], self.data.test_y[sub]  # the evaluations' subset
+        self.final_x, self.final_y = self.data.test_x[final], self.data.test_y[final]
         self.ckpt_dir = os.path.join(cfg.logdir, "checkpoints")
         self.report = JobReport(cfg, spec)
         self.emit = records.Emitter(emit).open(cfg.logdir, self.report.record)
@@ -136,13 +137,13 @@ class Chief:
 
     def _evaluate(self, sess, full: bool = False, cancelled: Callable[[], bool] = lambda: False,
                   pulled: Callable[[], None] = lambda: None) -> tuple[float, float] | None:
-        """The global model's (accuracy on the evaluation subset or all test data, training-subset
+        """The global model's (accuracy on the evaluation subset or the final one (full), training-subset
         loss); None if cancelled() turned true. pulled(): called once the model is pulled."""
         with self._replica:
             self._run(sess, self.g.pull)
             pulled()
             self._run(sess, self.g.train.copy_masters_to_slices)
-            x, y = (self.data.test_x, self.data.test_y) if full else (self.eval_x, self.eval_y)
+            x, y = (self.final_x, self.final_y) if full else (self.eval_x, self.eval_y)
             return evaluate(lambda f, feeds: self._run(sess, f, feeds), self.g.train, x, y, self.loss_x, self.loss_y,
                             EVAL_BATCH, cancelled)
 

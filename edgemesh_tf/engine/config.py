@@ -238,6 +238,10 @@ class JobSettings:
     eval_examples: int = setting(1000, "Hybrid: held-out examples of each evaluation during training (a fixed "
                                  "random subset; the final evaluation uses the whole test set), so that evaluations "
                                  "of a large test set keep up with --eval_interval_s.", check=int_at_least(1))
+    final_eval_examples: int | None = setting(None, "Hybrid: held-out examples of the final evaluation (the first "
+                                              "of the same fixed random order, so they hold the evaluations' "
+                                              "subset when at least --eval_examples); unset: the whole test set.",
+                                              check=int_at_least(1))
     checkpoint_interval_s: float = setting(10.0, "Hybrid: seconds between checkpoints of the global model and the "
                                            "strategy state.", check=positive(" s"), flag_min=0.1)
     time_budget_s: float = setting(240.0, "Hybrid: training wall-time budget (s).", check=positive(" s"),

@@ -15,6 +15,16 @@ import numpy as np
 from edgemesh_tf.data.dataset import padded_batches
 
 
+def held_out_indices(n_test: int, seed: int, eval_examples: int,
+                     final_examples: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(indices of the evaluations during training, of the final evaluation) into a test set of
+    n_test examples: the first eval_examples / final_examples of one fixed random order (seed + 1),
+    so one subset holds the other; final_examples None: the whole test set in order."""
+    order = np.random.RandomState(seed + 1).permutation(n_test)
+    final = np.arange(n_test) if final_examples is None else order[:final_examples]
+    return order[:eval_examples], final
+
+
 class Evaluator:
     """Calls evaluate(cancelled) -> (accuracy, loss) every interval_s (measured from the start of the
     last call; back to back when one takes longer) until stopped; `results()` returns the finished

@@ -215,3 +215,10 @@ def test_planner_section_shows_every_layout_and_the_prediction_check(tmp_path):
     assert "Uncalibrated ÷ measured" in text
     assert "The one-group plan: edge0, edge1, conv1 [20, 12]." in text
     assert plots == ["planner.png"]
+
+
+def test_the_final_accuracy_column_says_on_how_many_test_images(rendered):
+    _, text = rendered
+    assert "Final accuracy, median (all test images)" in text  # the recorded run predates final_eval_examples
+    report_tta = load("report_tta")
+    assert report_tta.final_header({"final_eval_examples": 1000}) == "Final accuracy (1,000 test images)"

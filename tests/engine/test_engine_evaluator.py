@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from edgemesh_tf.engine.evaluator import Evaluator
+from edgemesh_tf.engine.evaluator import Evaluator, held_out_indices
 
 
 def test_results_come_in_order_at_the_interval_and_errors_reach_the_caller():
@@ -81,3 +81,15 @@ def test_evaluate_stops_between_batches_once_cancelled():
     runs.clear()
     assert evaluate(run, Graph, x, y, x, y, 4, cancelled=lambda: len(runs) >= 2) is None
     assert runs == ["logits", "logits"]
+
+
+def test_the_final_evaluation_is_the_whole_test_set_or_a_subset_that_holds_the_evaluations_one():
+    sub, final = held_out_indices(50, seed=3, eval_examples=10, final_examples=None)
+    assert len(sub) == 10 and len(set(sub)) == 10 and list(final) == list(range(50))
+    again, _ = held_out_indices(50, seed=3, eval_examples=10, final_examples=None)
+    assert list(again) == list(sub)  # a fixed subset: every evaluation of a run sees the same images
+    sub, final = held_out_indices(50, seed=3, eval_examples=10, final_examples=20)
+    assert len(final) == 20 and set(sub) <= set(final)
+    sub, final = held_out_indices(50, seed=3, eval_examples=10, final_examples=5)
+    assert set(final) <= set(sub) and len(final) == 5
+    assert list(held_out_indices(50, seed=4, eval_examples=10, final_examples=None)[0]) != list(sub)

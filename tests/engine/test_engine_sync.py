@@ -47,9 +47,11 @@ def test_bsp_equals_single_process_sgd_on_the_concatenated_batches(edge2, tmp_pa
     cluster, em = edge2
     rounds, lr = 4, 0.05
     cfg = job_config(cluster, _groups(cluster), sync=SyncConfig(strategy="bsp"), learning_rate=lr, momentum=0.0,
-                     max_rounds=rounds, time_budget_s=120, eval_interval_s=1.0, logdir=str(tmp_path))
+                     max_rounds=rounds, time_budget_s=120, eval_interval_s=1.0, logdir=str(tmp_path),
+                     final_eval_examples=11)
     final = run_job(cfg, cluster, testbed=em)
     assert final["group_exit_codes"] == {"fast": 0, "slow": 0}
+    assert abs(final["accuracy"] * 11 - round(final["accuracy"] * 11)) < 1e-3  # the final evaluation on 11 images
     for g in BATCH:
         log = _rounds(str(tmp_path), g)
         assert [r["round"] for r in log] == list(range(1, rounds + 1))
