@@ -296,7 +296,7 @@ def main():
     # the planner plans from the calibrated layer times (planner/calibrate.py); as measured reported beside them
     cal = calibrated(profile, spec)
     out["compute_scale"] = cal.compute_scale
-    out["split_overhead_ms"] = cal.devices[0].split_overhead_ms
+    out["split_overhead_ms_per_peer"] = {d.name: d.split_overhead_ms for d in cal.devices}
     stats = model_stats(spec, args.batch)
 
     def uncalibrated_step_ms(names, sizes) -> float:

@@ -8,8 +8,8 @@
 
 1. Starts the emulated cluster, profiles every worker (edgemesh profile), plans one group over all
    workers (edgemesh plan --groups 1) and builds the even split over the same devices.
-2. Measures the planned layout, the even split over every worker and each worker alone (the groups
-   of the all-replicated alternative) side by side (interleaved rounds) through the servers: median
+2. Measures the planned layout, the even split over every worker, over the three fastest (`even:3`)
+   and each worker alone (the groups of the all-replicated alternative) side by side (interleaved rounds) through the servers: median
    step time, compared with the cost model's prediction as the planner makes it (calibrated by the
    steps timed while profiling, planner/calibrate.py) and uncalibrated (`prediction_max_error`,
    `uncalibrated_max_error`: the largest |predicted / measured - 1|; issue 15's bound is 15%).
@@ -100,6 +100,10 @@ def main():
         even, even_assign = even_split_layout(spec.split_dims(), [em.device(n) for n in workers])
         layouts = {"planned": planned.layout, "even": even}
         assigns = {"planned": (planned.names, dict(planned.layout.sizes)), "even": (workers, even_assign)}
+        if len(workers) > 3:  # a group size the calibration's two-device split does not see
+            three = sorted(workers, key=lambda n: sum(t.compute_ms for t in profile.device(n).layers))[:3]
+            layouts["even:3"], assign3 = even_split_layout(spec.split_dims(), [em.device(n) for n in three])
+            assigns["even:3"] = (three, assign3)
         for n in workers:  # all-replicated: every worker trains the whole model alone
             layouts["alone:" + n] = single_device_layout(em.device(n))
             assigns["alone:" + n] = ((n,), {})
@@ -135,7 +139,7 @@ def main():
         out["compute_scale"] = cal.compute_scale
         out["calibration"] = {"compute_scale": cal.compute_scale, "split_step_ms": profile.split_step_ms,
                               "split_step_devices": list(profile.split_step_devices),
-                              "split_overhead_ms": cal.devices[0].split_overhead_ms,
+                              "split_overhead_ms_per_peer": {d.name: d.split_overhead_ms for d in cal.devices},
                               "whole_step_ms": {d.name: d.whole_step_ms for d in profile.devices if d.whole_step_ms}}
 
     out["memory"] = {}

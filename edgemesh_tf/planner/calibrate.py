@@ -13,9 +13,12 @@ devices: the overhead is the runtime's, not the device's (two groups measured on
 3%). Scaled alone, a split group was then under-predicted (0.75x its measured step on pi4): a slice
 of a layer costs more than its share of the layer (its ops' fixed costs, the lowering's slicing and
 concatenation, one more message per layer). So the profiler also times an even split over the two
-largest budgets (`Profile.split_step_ms`), and the ms it takes beyond the scaled model's prediction,
-per split layer, becomes every device's `split_overhead_ms`, charged by the cost model with each
-split layer's gather.
+largest budgets (`Profile.split_step_ms`), and the ms it takes beyond the scaled model's prediction
+become `split_overhead_ms`: per split layer and per peer (each peer is one more message to send,
+receive and concatenate), on each device in proportion to its compute time (it is CPU work on a
+device as throttled as its compute), so that the model predicts the timed split. A constant per
+split layer, fitted on lan4's two fastest devices, predicted the even split over all four at 0.55-0.66x
+its measured step: there the slowest device has three peers at a quarter of the fastest's speed.
 
 `plan` calibrates by default (`plan(..., calibrate=False)`: the layer times as measured); the
 benchmarks report the uncalibrated prediction beside the plan's own. With nothing timed the profile
@@ -99,21 +102,43 @@ def calibrated(profile: Profile, spec: ModelSpec) -> Profile:
                                                         for t in d.layers)) for d in profile.devices)
     scaled = dataclasses.replace(profile, devices=devices, compute_scale=round(f, 4))
     o = split_overhead_ms(scaled, spec)
-    if o:
-        scaled = dataclasses.replace(scaled, devices=tuple(dataclasses.replace(d, split_overhead_ms=round(o, 3))
+    if any(o.values()):
+        scaled = dataclasses.replace(scaled, devices=tuple(dataclasses.replace(d, split_overhead_ms=round(o[d.name], 3))
                                                            for d in scaled.devices))
     return scaled
 
 
-def split_overhead_ms(profile: Profile, spec: ModelSpec) -> float:
-    """What each split layer adds to a step (ms, >= 0): the measured even split step
-    (``Profile.split_step_ms``) minus the cost model's prediction of it without this term, over the
-    number of split layers; 0 when no split step was timed. Fitted on the profile's own devices
-    (times already scaled by ``compute_scale``); applied to every group, whatever its size."""
+def slowness(profile: Profile) -> dict[str, float]:
+    """Per device, its layer times summed over the fastest device's (>= 1; 1 when its layers are
+    not timed)."""
+    total = {d.name: sum(t.compute_ms for t in d.layers) for d in profile.devices}
+    fastest = min((t for t in total.values() if t > 0), default=0.0)
+    return {n: (t / fastest if t > 0 else 1.0) for n, t in total.items()}
+
+
+def split_overhead_ms(profile: Profile, spec: ModelSpec) -> dict[str, float]:
+    """Per device, what each peer adds to a split layer on it (ms per peer, >= 0): o x its
+    ``slowness``, o such that the cost model predicts the measured even split step
+    (``Profile.split_step_ms``; times already scaled by ``compute_scale``); all 0 when no split step
+    was timed or it was no slower than modelled. The prediction grows with o (a maximum of
+    increasing terms): o is found by bisection, between 0 and the excess over the split layers."""
+    zero = {d.name: 0.0 for d in profile.devices}
     if profile.split_step_ms <= 0 or len(profile.split_step_devices) < 2:
-        return 0.0
+        return zero
     stats = model_stats(spec, profile.batch)
-    group = [dataclasses.replace(profile.device(n), split_overhead_ms=0.0) for n in profile.split_step_devices]
     _, shares = even_split_layout(spec.split_dims(), profile.split_step_devices)
-    predicted = cost.predict(group, stats, shares).step_ms
-    return max(0.0, (profile.split_step_ms - predicted) / len(shares)) if shares else 0.0
+    slow = slowness(profile)
+
+    def predicted(o: float) -> float:
+        group = [dataclasses.replace(profile.device(n), split_overhead_ms=o * slow[n])
+                 for n in profile.split_step_devices]
+        return cost.predict(group, stats, shares).step_ms
+
+    excess = profile.split_step_ms - predicted(0.0)
+    if not shares or excess <= 0:
+        return zero
+    lo, hi = 0.0, excess / len(shares)  # each split layer charges at least o (k - 1 >= 1, slowness >= 1)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predicted(mid) < profile.split_step_ms else (lo, mid)
+    return {n: lo * s for n, s in slow.items()}

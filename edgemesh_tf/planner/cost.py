@@ -6,8 +6,10 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
   compute_i,l = layer_ms_i,l * b/b0 * s_i/U            (replicated: layer_ms_i,l * b/b0 on every device)
   gather_i,l  = L_direct + 8 * b * out_l * (U - s_i)/U / bw_i   forward gather: device i receives
                 the other shares straight from their owners over its own link; L_direct = the two
-                largest lat summed (a hop a -> b costs lat_a + lat_b, ``collectives``); plus o, what
-                a split layer costs beyond that (``calibrate``: fitted to a measured split step; 0 else)
+                largest lat summed (a hop a -> b costs lat_a + lat_b, ``collectives``); plus
+                (k-1) * o_i, what each peer adds to a split layer on device i beyond that (its messages'
+                and slices' CPU on the device: ``calibrate`` fits it to a measured split step, in
+                proportion to the device's compute time; 0 else)
   reduce_l    = (k-1)/k * 8 * b * in_l / bw_min + L_direct     backward reduce-scatter of the input
                 gradient's partial sums to the previous layer's shares; 0 for the first layer (the image
                 needs no gradient). When the previous layer is replicated the lowering must allreduce
@@ -87,8 +89,8 @@ class LayerCoeffs:
     reduce_ms: the backward reduce-scatter of the input gradient (the previous layer split).
     allreduce_ms: the backward ring allreduce of the input gradient (the previous layer replicated).
     mem_per_unit: bytes one unit costs a device: 12 * params_per_unit + batch * out / U.
-    split_ms: what splitting the layer adds beyond compute and transfers (the group's largest
-      ``DeviceProfile.split_overhead_ms``; 0 unless calibrated), charged with the gather.
+    split_ms: per device, what splitting the layer adds beyond compute and transfers: (k-1) x its
+      ``DeviceProfile.split_overhead_ms`` (0 unless calibrated), charged with its gather; () = none.
     """
 
     name: str
@@ -99,7 +101,7 @@ class LayerCoeffs:
     reduce_ms: float
     allreduce_ms: float
     mem_per_unit: int
-    split_ms: float = 0.0
+    split_ms: tuple[float, ...] = ()
 
     def compute_ms(self, shares: Shares) -> tuple[float, ...]:
         if shares is None:
@@ -110,7 +112,12 @@ class LayerCoeffs:
         """Per device forward allconcat ms (0 when replicated or on one device)."""
         if shares is None or len(shares) == 1:
             return (0.0,) * len(self.full_ms)
-        return tuple(self.hop_ms + self.split_ms + r * (self.units - s) for r, s in zip(self.recv_ms_per_unit, shares))
+        return tuple(self.hop_ms + o + r * (self.units - s)
+                     for r, s, o in zip(self.recv_ms_per_unit, shares, self.overhead_ms()))
+
+    def overhead_ms(self) -> tuple[float, ...]:
+        """Per device, ``split_ms`` (zeros when none)."""
+        return self.split_ms or (0.0,) * len(self.full_ms)
 
     def comm_ms(self, shares: Shares) -> float:
         """Group communication of the layer: slowest allconcat + allreduce (0 when replicated)."""
@@ -138,7 +145,7 @@ def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, prof
     mem = int(math.ceil(MEMORY.per_unit_bytes(dim, batch)))
     return LayerCoeffs(dim.name, dim.units, tuple(d.layer_ms(dim.name) * scale for d in group), recv,
                        direct_latency_ms(lat), reduce_ms, allreduce_ms, mem,
-                       max(d.split_overhead_ms for d in group) if k > 1 else 0.0)
+                       tuple((k - 1) * d.split_overhead_ms for d in group) if k > 1 else ())
 
 
 def base_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:

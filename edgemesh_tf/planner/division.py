@@ -2,12 +2,13 @@
 
 Per split dim the cost model gives (in quanta of q units, N = U/q quanta, n_i >= 1 per device)
 
-    layer_ms(n) = max_i A_i * n_i  +  max_i (hop + B_i * (N - n_i))  +  reduce
-                  compute (grows with n_i)   forward allconcat (shrinks with n_i)
+    layer_ms(n) = max_i A_i * n_i  +  max_i (hop + O_i + B_i * (N - n_i))  +  reduce
+                  compute (grows with n_i)   forward allconcat (shrinks with n_i; O_i: the split
+                                             overhead of device i, ``cost.LayerCoeffs.split_ms``)
 
 Layers are independent (each ends in a collective), so each is solved exactly on its own: for every
 compute level T (some A_i * n) the caps n_i <= T / A_i are known; the smallest gather level C with
-floors n_i >= N - (C - hop) / B_i that still fit (sum floors <= N <= sum caps) only falls as T grows,
+floors n_i >= N - (C - hop - O_i) / B_i that still fit (sum floors <= N <= sum caps) only falls as T grows,
 so one two-pointer sweep over the sorted levels finds min T + C in O(k N log(k N)). The shares are the
 floors, filled up to N by water-filling (one quantum at a time to the device whose compute stays
 smallest) within the caps. A layer stays replicated when splitting is not faster.
@@ -73,9 +74,13 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
         return None
     a = [f * q / co.units for f in co.full_ms]  # ms per quantum
     b = [r * q for r in co.recv_ms_per_unit]
+    o = co.overhead_ms()
     t_ev = sorted((a[i] * n, i, n) for i in range(k) for n in range(1, caps[i] + 1))
-    # Going below level b_i * (N - n) forces n_i >= n + 1; level 0 is never gone below.
-    c_ev = sorted(((b[i] * (n_q - n), i, n + 1) for i in range(k) for n in range(1, n_q) if b[i] > 0), reverse=True)
+    # Going below level o_i + b_i * (N - n) forces n_i >= n + 1; a device that receives for free
+    # (b_i = 0) stays at o_i whatever its share: the gather level never goes below the largest such.
+    c_ev = sorted(((o[i] + b[i] * (n_q - n), i, n + 1) for i in range(k) for n in range(1, n_q) if b[i] > 0),
+                  reverse=True)
+    floor = max((o[i] for i in range(k) if b[i] <= 0), default=0.0)
     hi, lo = [0] * k, [1] * k
     sum_hi, sum_lo, bad = 0, k, k  # bad: devices with lo > hi
     best, p, t = None, 0, 0
@@ -110,7 +115,7 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
                     bad += lo[i] > hi[i]
                 break
             p = j
-        total = level + (c_ev[p][0] if p < len(c_ev) else 0.0)
+        total = level + max(c_ev[p][0] if p < len(c_ev) else 0.0, floor)
         if best is None or total < best[0]:
             best = (total, list(hi), list(lo))
     if best is None:

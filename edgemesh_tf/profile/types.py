@@ -37,8 +37,9 @@ class DeviceProfile:
     whole_step_ms: median of a few real training steps of the whole model on this device alone at the
       profile's batch (ms; 0 = not measured). The planner calibrates every device's layer times by it
       (``planner.calibrate``).
-    split_overhead_ms: what a split layer adds to a step beyond its modelled compute and transfers
-      (ms; 0 = as profiled): fitted by ``planner.calibrate`` from the profile's split step.
+    split_overhead_ms: what each other device of a group adds to a split layer on this device beyond
+      its modelled compute and transfers (ms per peer; 0 = as profiled): fitted by
+      ``planner.calibrate`` from the profile's split step, in proportion to the device's compute time.
     """
 
     name: str

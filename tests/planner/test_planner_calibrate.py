@@ -65,9 +65,12 @@ def test_the_split_overhead_makes_the_cost_model_predict_the_measured_split_step
     p = _profile(whole=predict([_profile().devices[0]], STATS, {}).step_ms)  # compute as profiled (factor 1)
     _, shares = even_split_layout(SPEC.split_dims(), ("a", "b"))
     modelled = predict(list(p.devices), STATS, shares).step_ms
-    measured = modelled + 3.0 * len(shares)  # each split layer costs 3 ms more than modelled
+    # the real split: 3 ms per split layer and peer on a, 6 on b (half a's speed: twice its CPU time)
+    truth = [dataclasses.replace(d, split_overhead_ms=o) for d, o in zip(p.devices, (3.0, 6.0))]
+    measured = predict(truth, STATS, shares).step_ms
+    assert measured > modelled + 3.0 * len(shares)
     cal = calibrated(dataclasses.replace(p, split_step_ms=measured, split_step_devices=("a", "b")), SPEC)
-    assert all(d.split_overhead_ms == pytest.approx(3.0, abs=1e-3) for d in cal.devices)
+    assert [d.split_overhead_ms for d in cal.devices] == pytest.approx([3.0, 6.0], abs=1e-3)
     assert predict(list(cal.devices), STATS, shares).step_ms == pytest.approx(measured, rel=1e-4)
     # a device alone splits nothing: the overhead does not touch it
     assert predict([cal.devices[0]], STATS, {}).step_ms == pytest.approx(predict([p.devices[0]], STATS, {}).step_ms,
@@ -84,3 +87,17 @@ def test_the_split_step_is_timed_on_the_two_largest_budgets_if_each_holds_its_ha
     assert split_step_devices({"a": need}, SPEC, 32) == ()
     assert steps_to_time({"a": need, "c": need}, SPEC, 32) == {"whole_step_device": "a",
                                                                "split_step_devices": ("a", "c")}
+
+
+def test_the_split_overhead_is_charged_once_per_peer_on_each_device():
+    from edgemesh_tf.planner.cost import layer_coeffs
+    devs = [dataclasses.replace(flops_device(n, STATS, g, i, bw=1000, lat=0.5), split_overhead_ms=o)
+            for i, (n, g, o) in enumerate((("a", 4, 1.0), ("b", 2, 2.0), ("c", 1, 4.0)))]
+    dim = STATS.dims[1]
+    shares = (dim.units - 2, 1, 1)
+    for k in (2, 3):
+        co = layer_coeffs(devs[:k], dim, 32, 32)
+        bare = layer_coeffs([dataclasses.replace(d, split_overhead_ms=0.0) for d in devs[:k]], dim, 32, 32)
+        extra = [g - b for g, b in zip(co.gather_ms(shares[:k]), bare.gather_ms(shares[:k]))]
+        assert extra == pytest.approx([(k - 1) * d.split_overhead_ms for d in devs[:k]])
+    assert layer_coeffs(devs[:1], dim, 32, 32).gather_ms(None) == (0.0,)  # alone: nothing to gather

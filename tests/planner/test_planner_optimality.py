@@ -23,17 +23,23 @@ def _spec(rng, n_layers, chunks):
     return ModelSpec("tiny", (8, 8, 1), 4, tuple(layers))
 
 
-def _group(rng, stats, k):
-    return [device("d%d" % i, {d.name: rng.uniform(1, 60) for d in stats.dims}, bw=rng.choice([2, 5, 20, 100, 1000]),
-                   lat=rng.uniform(0, 3), overhead=rng.uniform(0, 2), task=i) for i in range(k)]
+def _group(rng, stats, k, split_overhead=False):
+    """k random devices; with split_overhead, each with its own calibrated overhead per split layer
+    and peer (0-20 ms; some with none)."""
+    group = [device("d%d" % i, {d.name: rng.uniform(1, 60) for d in stats.dims}, bw=rng.choice([2, 5, 20, 100, 1000]),
+                    lat=rng.uniform(0, 3), overhead=rng.uniform(0, 2), task=i) for i in range(k)]
+    if split_overhead:
+        group = [dataclasses.replace(d, split_overhead_ms=rng.choice([0.0, rng.uniform(0, 20)])) for d in group]
+    return group
 
 
+@pytest.mark.parametrize("split_overhead", [False, True])
 @pytest.mark.parametrize("seed", range(len(CASES)))
-def test_division_matches_exhaustive_search(seed):
+def test_division_matches_exhaustive_search(seed, split_overhead):
     rng = random.Random(1000 + seed)
     k, chunks, n_layers = CASES[seed]
     stats = model_stats(_spec(rng, n_layers, chunks), batch=8)
-    group = _group(rng, stats, k)
+    group = _group(rng, stats, k, split_overhead)
     got = divide(group, stats, chunks=chunks).prediction.step_ms
     best = exhaustive_best(group, stats, chunks)
     assert best - 1e-9 <= got <= best * 1.01, (got, best)
@@ -44,8 +50,8 @@ def test_layer_solver_exact_at_finer_granularity():
     rng = random.Random(7)
     stats = model_stats(ModelSpec("one", (8, 8, 1), 4, (LayerSpec("conv", "conv1", 24, pool=True),)), batch=16)
     dim = stats.dims[0]
-    for _ in range(40):
-        group = _group(rng, stats, 3)
+    for i in range(80):
+        group = _group(rng, stats, 3, split_overhead=i % 2 == 1)
         co = layer_coeffs(group, dim, stats.batch, stats.batch)
         shares = solve_layer(co, 1, [24, 24, 24])
         best = min(co.layer_ms(s) for s in compositions(24, 3))
