@@ -222,3 +222,13 @@ def test_the_final_accuracy_column_says_on_how_many_test_images(rendered):
     assert "Final accuracy, median (all test images)" in text  # the recorded run predates final_eval_examples
     report_tta = load("report_tta")
     assert report_tta.final_header({"final_eval_examples": 1000}) == "Final accuracy (1,000 test images)"
+
+
+def test_an_undecided_final_accuracy_check_points_to_make_bench_final(tmp_path):
+    report_tta = load("report_tta")
+    rec = _rec("time_to_accuracy")
+    rec["result"]["checks"]["ashl_final_accuracy_within_1pt_of_bsp"].update({"pass": None, "undecided": "BSP never "
+                                                                             "reached the target"})
+    text, _ = report_tta.tta_section(rec, str(tmp_path))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| ashl_final_accuracy_within_1pt_of_bsp |"))
+    assert "undecided: BSP never reached the target (decided against BSP converged by `make bench-final`" in row
