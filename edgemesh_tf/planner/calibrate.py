@@ -19,6 +19,7 @@ receive and concatenate), on each device in proportion to its compute time (it i
 device as throttled as its compute), so that the model predicts the timed split. A constant per
 split layer, fitted on lan4's two fastest devices, predicted the even split over all four at 0.55-0.66x
 its measured step: there the slowest device has three peers at a quarter of the fastest's speed.
+Per peer and device: 0.85x, and 0.88x over the three fastest (docs/DESIGN.md).
 
 `plan` calibrates by default (`plan(..., calibrate=False)`: the layer times as measured); the
 benchmarks report the uncalibrated prediction beside the plan's own. With nothing timed the profile
