@@ -25,7 +25,7 @@ from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.data import load_dataset
 from edgemesh_tf.engine import checkpoint, decide, records
 from edgemesh_tf.engine.config import JobConfig
-from edgemesh_tf.engine.evaluator import Evaluator, evaluate, held_out_indices
+from edgemesh_tf.engine.evaluator import Evaluator, ReplicaLocks, evaluate, held_out_indices
 from edgemesh_tf.engine.graph import build_replica_graph
 from edgemesh_tf.engine.liveness import Liveness
 from edgemesh_tf.engine.report import JobReport
@@ -64,7 +64,7 @@ class Chief:
         self.before_start = before_start  # called once every group is ready, before the clock starts
         self.after_stop = after_stop  # called once the global model at the stop is pulled: nothing after is measured
         self.stop_request = self.t0 = None  # why to stop (str); monotonic s training began
-        self._replica = threading.Lock()  # the chief's own replica: evaluations (a thread) and checkpoints
+        self._replica = ReplicaLocks()  # evaluations (a thread) and checkpoints
         self.data = load_dataset(cfg.dataset, cfg.data_path)
         spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
         self.g = build_replica_graph(spec, single_device_layout(cfg.chief_device), EVAL_BATCH, cfg.group_names,
@@ -131,7 +131,7 @@ class Chief:
     # -- the global model --
 
     def _weights(self, sess) -> dict[str, np.ndarray]:
-        with self._replica:
+        with self._replica.masters:
             self._run(sess, self.g.pull)
             return self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()})
 
@@ -139,13 +139,14 @@ class Chief:
                   pulled: Callable[[], None] = lambda: None) -> tuple[float, float] | None:
         """The global model's (accuracy on the evaluation subset or the final one (full), training-subset
         loss); None if cancelled() turned true. pulled(): called once the model is pulled."""
-        with self._replica:
+        def copy():
             self._run(sess, self.g.pull)
             pulled()
             self._run(sess, self.g.train.copy_masters_to_slices)
-            x, y = (self.final_x, self.final_y) if full else (self.eval_x, self.eval_y)
-            return evaluate(lambda f, feeds: self._run(sess, f, feeds), self.g.train, x, y, self.loss_x, self.loss_y,
-                            EVAL_BATCH, cancelled)
+        x, y = (self.final_x, self.final_y) if full else (self.eval_x, self.eval_y)
+        return self._replica.evaluation(copy, lambda: evaluate(
+            lambda f, feeds: self._run(sess, f, feeds), self.g.train, x, y, self.loss_x, self.loss_y, EVAL_BATCH,
+            cancelled))
 
     def _evaluated(self, action: decide.Evaluated) -> None:
         self.report.eval(action.record, action.totals, action.controls)

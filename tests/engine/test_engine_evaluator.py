@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from edgemesh_tf.engine.evaluator import Evaluator, held_out_indices
+from edgemesh_tf.engine.evaluator import Evaluator, ReplicaLocks, held_out_indices
 
 
 def test_results_come_in_order_at_the_interval_and_errors_reach_the_caller():
@@ -93,3 +93,24 @@ def test_the_final_evaluation_is_the_whole_test_set_or_a_subset_that_holds_the_e
     sub, final = held_out_indices(50, seed=3, eval_examples=10, final_examples=5)
     assert set(final) <= set(sub) and len(final) == 5
     assert list(held_out_indices(50, seed=4, eval_examples=10, final_examples=None)[0]) != list(sub)
+
+
+def test_back_to_back_evaluations_hold_the_masters_only_to_copy_them():
+    locks, stop, events = ReplicaLocks(), threading.Event(), []
+
+    def evaluations():
+        while not stop.is_set():  # back to back, as when an evaluation takes longer than the interval
+            locks.evaluation(lambda: events.append("copy"), lambda: time.sleep(0.3))
+    thread = threading.Thread(target=evaluations, daemon=True)
+    thread.start()
+    time.sleep(0.05)
+    waits = []
+    for _ in range(3):  # a checkpoint reading the masters
+        t0 = time.monotonic()
+        with locks.masters:
+            waits.append(time.monotonic() - t0)
+        time.sleep(0.1)
+    stop.set()
+    thread.join(2.0)
+    assert max(waits) < 0.15, waits  # held for a whole evaluation, the first wait alone would be ~0.25 s
+    assert events.count("copy") >= 2
