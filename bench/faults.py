@@ -37,16 +37,14 @@ from edgemesh_tf.engine import records  # noqa: E402
 from edgemesh_tf.engine.chief import PSLost  # noqa: E402
 from edgemesh_tf.engine.config import SyncConfig  # noqa: E402
 from edgemesh_tf.engine.job import default_groups, job_config, run_job  # noqa: E402
-from edgemesh_tf.engine.warm import WarmGroups  # noqa: E402
 
 
 def _slowest(cluster):
     return min(cluster.workers, key=lambda d: (d.speed or 1.0, d.name)).name
 
 
-def _job(pool, cluster, em, args, logdir, sync, kill=None, act=None, **kw):
-    """Runs one job, its groups in `pool`'s warm processes (engine/warm.py; None: fresh ones); kill =
-    (device, predicate(record)) SIGKILLs the device's server, act =
+def _job(cluster, em, args, logdir, sync, kill=None, act=None, **kw):
+    """Runs one job; kill = (device, predicate(record)) SIGKILLs the device's server, act =
     (function(), predicate(record)) calls the function, the first time the predicate holds.
     Returns (final or error, info about the kill or act, wall s)."""
     killed = {}
@@ -62,7 +60,7 @@ def _job(pool, cluster, em, args, logdir, sync, kill=None, act=None, **kw):
     cfg = job_config(cluster, default_groups(cluster, 32), sync=sync, logdir=logdir, **kw)
     t0 = time.monotonic()
     try:
-        out = run_job(cfg, cluster, testbed=em, emit=emit, fast_setup=True, pool=pool)
+        out = run_job(cfg, cluster, testbed=em, emit=emit, fast_setup=True)
     except (PSLost, RuntimeError, TimeoutError) as e:
         out = e
     return out, killed, round(time.monotonic() - t0, 1)
@@ -82,15 +80,15 @@ def _lost(final):
     return final.get("lost_groups") if isinstance(final, dict) else None
 
 
-def scenario_a(cluster, args, work, em, pool=None):
+def scenario_a(cluster, args, work, em):
     slow = _slowest(cluster)
-    base, _, _ = _job(pool, cluster, em, args, os.path.join(work, "a-base"), SyncConfig(strategy="ashl"))
+    base, _, _ = _job(cluster, em, args, os.path.join(work, "a-base"), SyncConfig(strategy="ashl"))
     t_base = base.get("time_to_target_s") if isinstance(base, dict) else None
     row = {"scenario": "a", "what": f"ASHL, slowest device {slow} killed at 30% of the fault-free time to "
            "target", "fault_free_time_to_target_s": t_base}
     if t_base is None:
         return {**row, "ok": False, "error": f"the fault-free run did not reach {args.target}"}
-    final, killed, _ = _job(pool, cluster, em, args, os.path.join(work, "a-fault"), SyncConfig(strategy="ashl"),
+    final, killed, _ = _job(cluster, em, args, os.path.join(work, "a-fault"), SyncConfig(strategy="ashl"),
                             kill=(slow, lambda r: isinstance(r, records.Eval) and r.t >= 0.3 * t_base))
     t = final.get("time_to_target_s") if isinstance(final, dict) else None
     ratio = None if t is None else round(t / t_base, 3)
@@ -99,14 +97,14 @@ def scenario_a(cluster, args, work, em, pool=None):
             "error": None if isinstance(final, dict) else str(final)}
 
 
-def scenario_b(cluster, args, work, em, pool=None):
+def scenario_b(cluster, args, work, em):
     rows = []
     victim = cluster.workers[1].name
     for label, sync, when in (
             ("BSP", SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.t >= args.b_kill_s),
             ("SHL", SyncConfig(strategy="ashl"), lambda r: isinstance(r, records.Phase) and r.new == "shl")):
         _as_configured(em)  # the victim killed by the run before is started again
-        final, killed, wall = _job(pool, cluster, em, args, os.path.join(work, "b-" + label), sync,
+        final, killed, wall = _job(cluster, em, args, os.path.join(work, "b-" + label), sync,
                                    kill=(victim, when), time_budget_s=args.b_budget_s, target_accuracy=None)
         finished = isinstance(final, dict) and final["why"].startswith("time budget")
         rows.append({"scenario": "b", "what": f"{label}: device {victim} killed"
@@ -119,17 +117,17 @@ def scenario_b(cluster, args, work, em, pool=None):
 
 
 
-def scenario_c(cluster, args, work, em, pool=None):
+def scenario_c(cluster, args, work, em):
     ps = next(d.name for d in cluster.devices if d.role == "ps")
     logdir = os.path.join(work, "c")
-    err, killed, _ = _job(pool, cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
+    err, killed, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
                           kill=(ps, lambda r: isinstance(r, records.Checkpoint) and r.global_steps > 0))
     stopped_after = round(time.monotonic() - killed["at"], 1) if killed else None
     named = isinstance(err, PSLost) and "/job:ps/task:0 (%s)" % ps in str(err)
     ckpt = [r for r in records.read(logdir) if isinstance(r, records.Checkpoint)][-1]
     if killed:  # the ps comes back empty, at the same address, as a rebooted machine would
         em.restart_device(ps)
-    final, _, _ = _job(pool, cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
+    final, _, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
                        time_budget_s=ckpt.t + 5.0)
     resume = [r for r in records.read(logdir) if isinstance(r, records.Resume)]
     resumed = bool(resume) and resume[-1].global_steps == ckpt.global_steps
@@ -146,7 +144,7 @@ def _rate(logdir, t_from):
     return sum(rates) / len(rates) if rates else None
 
 
-def scenario_d(cluster, args, work, em, pool=None):
+def scenario_d(cluster, args, work, em):
     victim = max(cluster.workers, key=lambda d: (d.speed or 1.0, d.name)).name
     budget, slow_at = args.d_budget_s, 0.3 * args.d_budget_s
     window = 0.6 * budget  # the last 40% of the run: after the slow-down and the re-plan
@@ -160,7 +158,7 @@ def scenario_d(cluster, args, work, em, pool=None):
         else:
             em.set_slowdown(victim, 1.0)
             act = (lambda: em.set_slowdown(victim, 3.0), lambda r: isinstance(r, records.Eval) and r.t >= slow_at)
-        final, info, _ = _job(pool, cluster, em, args, logdir, sync, act=act, time_budget_s=budget,
+        final, info, _ = _job(cluster, em, args, logdir, sync, act=act, time_budget_s=budget,
                               target_accuracy=None)
         replans = [r for r in records.read(logdir) if isinstance(r, records.Replan) and r.why.startswith("drift")]
         runs[label] = {"examples_per_sec": _rate(logdir, window), "slowed_at_s": info.get("t"),
@@ -289,19 +287,17 @@ def main():
     if unknown:
         sys.exit(f"bench/faults.py: unknown scenarios {unknown}; expected some of a, b, c, d, e")
     rows = []
-    # a-d reuse warm group processes (~15 s less set-up a job; a process whose job a fault stopped
-    # is not reused); e starts its own, as its group restarts are part of what it measures
-    with emulated_cluster(cluster) as em, WarmGroups() as pool:
+    with emulated_cluster(cluster) as em:
         for x in chosen:
             _as_configured(em)
             if x == "a":
-                rows.append(scenario_a(cluster, args, work, em, pool))
+                rows.append(scenario_a(cluster, args, work, em))
             elif x == "b":
-                rows += scenario_b(cluster, args, work, em, pool)
+                rows += scenario_b(cluster, args, work, em)
             elif x == "c":
-                rows.append(scenario_c(cluster, args, work, em, pool))
+                rows.append(scenario_c(cluster, args, work, em))
             elif x == "d":
-                rows.append(scenario_d(cluster, args, work, em, pool))
+                rows.append(scenario_d(cluster, args, work, em))
             else:
                 rows += scenario_e(cluster, args, work, em)
     out = {"cluster": args.cluster, "target_accuracy": args.target, "logdirs": work, "scenarios": rows,
