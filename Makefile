@@ -32,7 +32,7 @@ test: install browser
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not emulator and not browser and not subprocess and not slow" tests
 
-# Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; ~60 min (time_to_accuracy ~37.5, faults ~8.7, edgemesh_claims ~6.5).
+# Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; ~60 min (time_to_accuracy ~37.5, faults ~8.7, edgemesh_claims ~7.2).
 # QUICK=1: a 9 min smoke run of the same pipeline into bench/quick/ (not evidence).
 # The emulated benchmarks need root (network namespaces, cgroups).
 bench: install
