@@ -66,7 +66,8 @@ def planner_section(rec, out_dir) -> tuple[str, list[str]]:
              fmt(v["predicted_over_measured"], 3), fmt(v.get(other), 3), v.get("steps")]
             for k, v in pts.items()]
     text.append(f"`{res['model']}` on {res['dataset']}, batch {res['batch']}, one group over the workers of "
-                f"`{res['cluster']}` (planned and even split; `even:3`: the even split over the three fastest), and each worker alone (`alone:`, the groups of the "
+                f"`{res['cluster']}` (planned and even split; `even:3`: the even split over the three fastest), "
+                "and each worker alone (`alone:`, the groups of the "
                 "all-replicated alternative); measured steps are medians over the number of steps shown.\n")
     text.append(table(["Layout", "Predicted", "Measured", "Predicted ÷ measured",
                        "Calibrated ÷ measured (`planner/calibrate.py`, not used by the plan)" if old
