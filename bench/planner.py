@@ -35,7 +35,7 @@ from edgemesh_tf.data import IMAGE_SHAPES
 from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan, predict
-from edgemesh_tf.planner.calibrate import calibrated, steps_to_time
+from edgemesh_tf.planner.calibrate import calibrated, slowness, steps_to_time
 from edgemesh_tf.profile.run import budgets, profile_workers
 from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
 from edgemesh_tf.profile.step_timer import LayoutRunner, measure_memory, measure_side_by_side
@@ -101,7 +101,7 @@ def main():
         layouts = {"planned": planned.layout, "even": even}
         assigns = {"planned": (planned.names, dict(planned.layout.sizes)), "even": (workers, even_assign)}
         if len(workers) > 3:  # a group size the calibration's two-device split does not see
-            three = sorted(workers, key=lambda n: sum(t.compute_ms for t in profile.device(n).layers))[:3]
+            three = sorted(workers, key=slowness(profile).get)[:3]
             layouts["even:3"], assign3 = even_split_layout(spec.split_dims(), [em.device(n) for n in three])
             assigns["even:3"] = (three, assign3)
         for n in workers:  # all-replicated: every worker trains the whole model alone

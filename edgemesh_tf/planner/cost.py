@@ -90,7 +90,7 @@ class LayerCoeffs:
     allreduce_ms: the backward ring allreduce of the input gradient (the previous layer replicated).
     mem_per_unit: bytes one unit costs a device: 12 * params_per_unit + batch * out / U.
     split_ms: per device, what splitting the layer adds beyond compute and transfers: (k-1) x its
-      ``DeviceProfile.split_overhead_ms`` (0 unless calibrated), charged with its gather; () = none.
+      ``DeviceProfile.split_overhead_ms`` (0 unless calibrated, and alone), charged with its gather.
     """
 
     name: str
@@ -101,7 +101,7 @@ class LayerCoeffs:
     reduce_ms: float
     allreduce_ms: float
     mem_per_unit: int
-    split_ms: tuple[float, ...] = ()
+    split_ms: tuple[float, ...]
 
     def compute_ms(self, shares: Shares) -> tuple[float, ...]:
         if shares is None:
@@ -113,11 +113,7 @@ class LayerCoeffs:
         if shares is None or len(shares) == 1:
             return (0.0,) * len(self.full_ms)
         return tuple(self.hop_ms + o + r * (self.units - s)
-                     for r, s, o in zip(self.recv_ms_per_unit, shares, self.overhead_ms()))
-
-    def overhead_ms(self) -> tuple[float, ...]:
-        """Per device, ``split_ms`` (zeros when none)."""
-        return self.split_ms or (0.0,) * len(self.full_ms)
+                     for r, s, o in zip(self.recv_ms_per_unit, shares, self.split_ms))
 
     def comm_ms(self, shares: Shares) -> float:
         """Group communication of the layer: slowest allconcat + allreduce (0 when replicated)."""
@@ -145,7 +141,7 @@ def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, prof
     mem = int(math.ceil(MEMORY.per_unit_bytes(dim, batch)))
     return LayerCoeffs(dim.name, dim.units, tuple(d.layer_ms(dim.name) * scale for d in group), recv,
                        direct_latency_ms(lat), reduce_ms, allreduce_ms, mem,
-                       tuple((k - 1) * d.split_overhead_ms for d in group) if k > 1 else ())
+                       tuple((k - 1) * d.split_overhead_ms for d in group))
 
 
 def base_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:

@@ -74,7 +74,7 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
         return None
     a = [f * q / co.units for f in co.full_ms]  # ms per quantum
     b = [r * q for r in co.recv_ms_per_unit]
-    o = co.overhead_ms()
+    o = co.split_ms
     t_ev = sorted((a[i] * n, i, n) for i in range(k) for n in range(1, caps[i] + 1))
     # Going below level o_i + b_i * (N - n) forces n_i >= n + 1; a device that receives for free
     # (b_i = 0) stays at o_i whatever its share: the gather level never goes below the largest such.

@@ -45,7 +45,7 @@ def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignme
     for dim, co in zip(stats.dims, coeffs):
         shares = assignment.get(dim.name) if k > 1 else None
         compute = co.compute_ms(shares)
-        recv = ([o + r * (co.units - s) for r, s, o in zip(co.recv_ms_per_unit, shares, co.overhead_ms())]
+        recv = ([o + r * (co.units - s) for r, s, o in zip(co.recv_ms_per_unit, shares, co.split_ms)]
                 if shares else None)
         reduce_ms = (co.reduce_ms if previous_split else co.allreduce_ms) if shares else 0.0
         layers.append((compute, recv, reduce_ms))
