@@ -293,6 +293,7 @@ def main():
                                   {n: d.pid for n, d in em.devices.items()},
                                   **steps_to_time(budgets(cluster), spec, args.batch))
     _progress("profiled", t_start)
+    out["profile"] = json.loads(profile.to_json())  # as measured: lets the cost model be re-checked offline
     # the planner plans from the calibrated layer times (planner/calibrate.py); as measured reported beside them
     cal = calibrated(profile, spec)
     out["compute_scale"] = cal.compute_scale

@@ -95,6 +95,7 @@ def main():
                                   **steps_to_time(budgets(cluster), spec, args.batch))
         cal = calibrated(profile, spec)  # the plan's model (planner/calibrate.py); as measured reported beside it
         out["profile_s"] = round(time.time() - t0, 1)
+        out["profile"] = json.loads(profile.to_json())  # as measured: lets the cost model be re-checked offline
         stats = model_stats(spec, args.batch)
         planned = plan(profile, spec, groups=1, batch=args.batch).groups[0]
         even, even_assign = even_split_layout(spec.split_dims(), [em.device(n) for n in workers])
@@ -127,7 +128,8 @@ def main():
         out["layouts"] = {}
         for k in layouts:
             out["layouts"][k] = {
-                "devices": list(assigns[k][0]), "predicted_step_ms": round(pred[k], 2),
+                "devices": list(assigns[k][0]), "sizes": {d: list(v) for d, v in assigns[k][1].items()},
+                "predicted_step_ms": round(pred[k], 2),
                 "measured_median_step_ms": round(med[k], 2), "predicted_over_measured": round(pred[k] / med[k], 3),
                 "uncalibrated_step_ms": round(raw[k], 2), "uncalibrated_over_measured": round(raw[k] / med[k], 3),
                 "examples_per_sec": round(args.batch * 1e3 / med[k], 1), "steps": len(times[k])}

@@ -4,17 +4,22 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
 (U units, device i holding s_i >= 1 of them; k devices; batch b; profile batch b0):
 
   compute_i,l = layer_ms_i,l * b/b0 * s_i/U            (replicated: layer_ms_i,l * b/b0 on every device)
-  gather_i,l  = L_direct + 8 * b * out_l * (U - s_i)/U / bw_i   forward gather: device i receives
-                the other shares straight from their owners over its own link; L_direct = the two
-                largest lat summed (a hop a -> b costs lat_a + lat_b, ``collectives``); plus
-                (k-1) * o_i, what each peer adds to a split layer on device i beyond that (its messages'
-                and slices' CPU on the device: ``calibrate`` fits it to a measured split step, in
-                proportion to the device's compute time; 0 else)
-  reduce_l    = (k-1)/k * 8 * b * in_l / bw_min + L_direct     backward reduce-scatter of the input
-                gradient's partial sums to the previous layer's shares; 0 for the first layer (the image
-                needs no gradient). When the previous layer is replicated the lowering must allreduce
-                instead (mtf's ring: allreduce_ms = 2(k-1)/k * bytes / bw_min + its critical path); the
-                simulation charges that, the layer-by-layer bound below does not
+  gather_i,l  = L_direct + (k-1) * o_i + max(recv_i,l, send_i,l)    the forward gather is direct: device
+                i receives the other shares straight from their owners over its own link,
+                recv_i,l = 8 * b * out_l * (U - s_i)/U / bw_i, while it sends its own share to each of its
+                k-1 peers over the same link's other direction, send_i,l = (k-1) * 8 * b * out_l * s_i/U / bw_i
+                (a large share's owner is the bottleneck); L_direct = the two largest lat summed (a hop a
+                -> b costs lat_a + lat_b, ``collectives``); o_i: what each peer adds to a split layer on
+                device i beyond that (its messages' and slices' CPU on the device: ``calibrate`` fits it to
+                a measured split step, in proportion to the device's compute time; 0 else)
+  reduce_l    = L_direct + max_i 8 * b * in_l * max((k-1) * s'_i, U' - s'_i)/U' / bw_i   backward direct
+                reduce-scatter of the input gradient's partial sums to the previous layer's shares s'
+                (U' units): device i receives k-1 partial sums of its own share and sends its partial
+                sums of the others'; (k-1)/k * 8 * b * in_l / bw_min when the shares are even (the layer
+                solver's constant, ``LayerCoeffs.reduce_ms``). 0 for the first layer (the image needs no
+                gradient). When the previous layer is replicated the lowering must allreduce instead
+                (mtf's ring: allreduce_ms = 2(k-1)/k * bytes / bw_min + its critical path); the
+                simulation charges that, the layer-by-layer bound below charges the even reduce-scatter
   layer_ms_l  = max_i compute_i,l + max_i gather_i,l + reduce_l   (each split layer ends in a collective)
   base_ms     = max_i (2 * step_overhead_ms_i + 8 * b * image / bw_i)   per step the master starts the
                 device (a round trip, step_overhead_ms = measured round trip of an empty run), the device
@@ -84,9 +89,12 @@ class LayerCoeffs:
     """The cost terms of one split dim on one group (see the module docstring).
 
     full_ms: per device, ms of the whole layer at the planned batch.
-    recv_ms_per_unit: per device, ms to receive one unit's output activations (whole batch).
+    recv_ms_per_unit: per device, ms to move one unit's output activations (whole batch) over its link
+      (either direction: it receives the others' units and sends its own to each peer).
     hop_ms: latency of the direct gather.
-    reduce_ms: the backward reduce-scatter of the input gradient (the previous layer split).
+    in_ms: per device, ms to move the whole input tensor (whole batch) over its link (0: the first layer).
+    reduce_ms: the backward reduce-scatter of the input gradient with the previous layer split evenly
+      (``reduce_scatter_ms`` for given shares).
     allreduce_ms: the backward ring allreduce of the input gradient (the previous layer replicated).
     mem_per_unit: bytes one unit costs a device: 12 * params_per_unit + batch * out / U.
     split_ms: per device, what splitting the layer adds beyond compute and transfers: (k-1) x its
@@ -102,6 +110,7 @@ class LayerCoeffs:
     allreduce_ms: float
     mem_per_unit: int
     split_ms: tuple[float, ...]
+    in_ms: tuple[float, ...]
 
     def compute_ms(self, shares: Shares) -> tuple[float, ...]:
         if shares is None:
@@ -109,11 +118,22 @@ class LayerCoeffs:
         return tuple(f * s / self.units for f, s in zip(self.full_ms, shares))
 
     def gather_ms(self, shares: Shares) -> tuple[float, ...]:
-        """Per device forward allconcat ms (0 when replicated or on one device)."""
+        """Per device forward allconcat ms: the hop, its split overhead and the busier direction of its
+        link (receiving the others' units, sending its own to k-1 peers); 0 when replicated or alone."""
         if shares is None or len(shares) == 1:
             return (0.0,) * len(self.full_ms)
-        return tuple(self.hop_ms + o + r * (self.units - s)
+        k = len(shares)
+        return tuple(self.hop_ms + o + r * max(self.units - s, (k - 1) * s)
                      for r, s, o in zip(self.recv_ms_per_unit, shares, self.split_ms))
+
+    def reduce_scatter_ms(self, previous: Shares, previous_units: int) -> float:
+        """The backward direct reduce-scatter of this layer's input gradient to the previous layer's
+        ``previous`` shares (of ``previous_units``): the busiest link; ``reduce_ms`` when None."""
+        if previous is None or not any(self.in_ms):
+            return self.reduce_ms
+        k = len(previous)
+        return self.hop_ms + max(m * max((k - 1) * s, previous_units - s) / previous_units
+                                 for m, s in zip(self.in_ms, previous))
 
     def comm_ms(self, shares: Shares) -> float:
         """Group communication of the layer: slowest allconcat + allreduce (0 when replicated)."""
@@ -136,12 +156,13 @@ def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, prof
     in_elements = batch * dim.in_bytes // FLOAT_BYTES
     reduce_ms = (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + direct_latency_ms(lat)
     allreduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + allreduce_latency_ms(lat, in_elements)
+    in_ms = tuple(transfer_ms(batch * dim.in_bytes, d.bandwidth_mbit) for d in group)
     if dim.in_bytes == 0:  # the first layer: its input (the image) has no gradient, no allreduce at all
         reduce_ms = allreduce_ms = 0.0
     mem = int(math.ceil(MEMORY.per_unit_bytes(dim, batch)))
     return LayerCoeffs(dim.name, dim.units, tuple(d.layer_ms(dim.name) * scale for d in group), recv,
                        direct_latency_ms(lat), reduce_ms, allreduce_ms, mem,
-                       tuple((k - 1) * d.split_overhead_ms for d in group))
+                       tuple((k - 1) * d.split_overhead_ms for d in group), in_ms)
 
 
 def base_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
@@ -230,7 +251,7 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
                          % (sorted(unknown), [d.name for d in stats.dims]))
     k = len(group)
     compute, comm, memory = [0.0] * k, [0.0] * k, fixed_memory_bytes(stats, k)
-    layers, coeffs = [], []
+    layers, coeffs, previous = [], [], (None, 0)
     for dim in stats.dims:
         shares = assignment.get(dim.name)
         _check_shares(dim, shares, k)
@@ -238,14 +259,15 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
         coeffs.append(co)
         held = shares or (dim.units,) * k
         gather = co.gather_ms(shares)
-        reduce_ms = co.reduce_ms if shares is not None and k > 1 else 0.0
+        reduce_ms = co.reduce_scatter_ms(*previous) if shares is not None and k > 1 else 0.0
         lc = co.compute_ms(shares)
         for i in range(k):
             compute[i] += lc[i]
             comm[i] += gather[i] + reduce_ms
             memory[i] += co.mem_per_unit * held[i]
         layers.append(LayerPrediction(dim.name, dim.units, None if shares is None else tuple(shares), lc,
-                                      co.comm_ms(shares)))
+                                      max(gather) + reduce_ms))
+        previous = (shares if k > 1 else None, dim.units)
     from edgemesh_tf.planner.simulate import simulate_step_ms  # simulate builds on this module's terms
     step = simulate_step_ms(group, stats, assignment, profile_batch or stats.batch, coeffs)
     return GroupPrediction(tuple(d.name for d in group), step, tuple(compute), tuple(comm),

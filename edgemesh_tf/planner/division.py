@@ -2,13 +2,16 @@
 
 Per split dim the cost model gives (in quanta of q units, N = U/q quanta, n_i >= 1 per device)
 
-    layer_ms(n) = max_i A_i * n_i  +  max_i (hop + O_i + B_i * (N - n_i))  +  reduce
-                  compute (grows with n_i)   forward allconcat (shrinks with n_i; O_i: the split
-                                             overhead of device i, ``cost.LayerCoeffs.split_ms``)
+    layer_ms(n) = max_i A_i * n_i  +  max_i (hop + O_i + B_i * max(N - n_i, (k - 1) * n_i))  +  reduce
+                  compute (grows with n_i)   forward allconcat: device i's link receives the others'
+                                             quanta and sends its own to k - 1 peers (O_i: its split
+                                             overhead, ``cost.LayerCoeffs.split_ms``)
 
-Layers are independent (each ends in a collective), so each is solved exactly on its own: for every
-compute level T (some A_i * n) the caps n_i <= T / A_i are known; the smallest gather level C with
-floors n_i >= N - (C - hop - O_i) / B_i that still fit (sum floors <= N <= sum caps) only falls as T grows,
+Layers are solved one at a time (each ends in a collective; ``reduce`` is charged as if the previous
+layer were split evenly, ``polish`` then searches on the uneven one), each exactly: for every compute
+level T (some A_i * n) the caps n_i <= T / A_i are known; a gather level C gives floors
+n_i >= N - (C - hop - O_i) / B_i and caps n_i <= (C - hop - O_i) / ((k - 1) B_i). The smallest C whose
+floors and caps still fit (sum floors <= N <= sum caps, each floor <= its cap) only falls as T grows,
 so one two-pointer sweep over the sorted levels finds min T + C in O(k N log(k N)). The shares are the
 floors, filled up to N by water-filling (one quantum at a time to the device whose compute stays
 smallest) within the caps. A layer stays replicated when splitting is not faster.
@@ -45,7 +48,7 @@ MESH_DIM = "model"
 BATCH_DIM = "batch"  # the batch tensor dim and the mesh dim of synchronous data parallelism
 POLISH_MAX_DEVICES = 8
 SUBSET_EXHAUSTIVE = 8  # groups up to this many devices try every subset size m
-POLISH_SUBSETS = 2  # subset sizes polished (the best unpolished ones)
+POLISH_SUBSETS = 3  # subset sizes polished (the best unpolished ones)
 
 
 class PlanError(ValueError):
@@ -76,13 +79,33 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
     b = [r * q for r in co.recv_ms_per_unit]
     o = co.split_ms
     t_ev = sorted((a[i] * n, i, n) for i in range(k) for n in range(1, caps[i] + 1))
-    # Going below level o_i + b_i * (N - n) forces n_i >= n + 1; a device that receives for free
-    # (b_i = 0) stays at o_i whatever its share: the gather level never goes below the largest such.
-    c_ev = sorted(((o[i] + b[i] * (n_q - n), i, n + 1) for i in range(k) for n in range(1, n_q) if b[i] > 0),
-                  reverse=True)
+    # Gather levels, highest first. Going below o_i + b_i * (N - n) forces n_i >= n + 1 (receiving);
+    # going below o_i + (k - 1) * b_i * n forces n_i <= n - 1 (sending). A device that moves bytes for
+    # free (b_i = 0) stays at o_i whatever its share: the gather level never goes below the largest such.
+    c_ev = [(o[i] + b[i] * (n_q - n), i, 0, n + 1) for i in range(k) if b[i] > 0 for n in range(1, n_q)]
+    c_ev += [(o[i] + (k - 1) * b[i] * n, i, 1, n - 1) for i in range(k) if b[i] > 0 for n in range(1, caps[i] + 1)]
+    c_ev.sort(key=lambda e: -e[0])
     floor = max((o[i] for i in range(k) if b[i] <= 0), default=0.0)
-    hi, lo = [0] * k, [1] * k
-    sum_hi, sum_lo, bad = 0, k, k  # bad: devices with lo > hi
+    # per device: lo (floor from receiving), cap[0] (compute level), cap[1] (sending); effective cap min
+    lo, cap = [1] * k, [[0] * k, list(caps)]
+    eff = lambda i: min(cap[0][i], cap[1][i])
+    state = [0, k, k]  # sum of effective caps, sum of floors, devices with lo > effective cap
+
+    def change(i, kind, value):
+        """Sets lo_i (kind 0), the compute cap (2) or the sending cap (1) of device i; returns the old."""
+        state[0] -= eff(i)
+        state[1] -= lo[i]
+        state[2] -= lo[i] > eff(i)
+        if kind == 0:
+            old, lo[i] = lo[i], value
+        else:
+            row = cap[0] if kind == 2 else cap[1]
+            old, row[i] = row[i], value
+        state[0] += eff(i)
+        state[1] += lo[i]
+        state[2] += lo[i] > eff(i)
+        return old
+
     best, p, t = None, 0, 0
     while t < len(t_ev):
         level = t_ev[t][0]
@@ -90,34 +113,24 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
             break  # the gather term is >= 0: no larger compute level can win
         while t < len(t_ev) and t_ev[t][0] == level:
             _, i, n = t_ev[t]
-            bad -= lo[i] > hi[i]
-            sum_hi += n - hi[i]
-            hi[i] = n
-            bad += lo[i] > hi[i]
+            change(i, 2, n)
             t += 1
-        if bad or sum_hi < n_q:
+        if state[2] or state[0] < n_q:
             continue
         while p < len(c_ev):  # lower the gather level while the floors still fit under the caps
             j, undo = p, []
             while j < len(c_ev) and c_ev[j][0] == c_ev[p][0]:
-                _, i, n = c_ev[j]
-                undo.append((i, lo[i]))
-                bad -= lo[i] > hi[i]
-                sum_lo += n - lo[i]
-                lo[i] = n
-                bad += lo[i] > hi[i]
+                _, i, kind, n = c_ev[j]
+                undo.append((i, kind, change(i, kind, n)))
                 j += 1
-            if bad or sum_lo > n_q:
-                for i, old in reversed(undo):
-                    bad -= lo[i] > hi[i]
-                    sum_lo += old - lo[i]
-                    lo[i] = old
-                    bad += lo[i] > hi[i]
+            if state[2] or state[1] > n_q or state[0] < n_q:
+                for i, kind, old in reversed(undo):
+                    change(i, kind, old)
                 break
             p = j
         total = level + max(c_ev[p][0] if p < len(c_ev) else 0.0, floor)
         if best is None or total < best[0]:
-            best = (total, list(hi), list(lo))
+            best = (total, [eff(i) for i in range(k)], list(lo))
     if best is None:
         return None
     _, hi, n = best

@@ -9,12 +9,14 @@ is what the step time follows; ``predict`` reports this simulation as the group'
 Per device i (lat_i one-way ms, ov_i = round trip of an empty run, bw_i Mbit/s), per step:
   t_i       = 1.5 * ov_i + 8 * b * image / bw_i          started by the master, then its input batch
   forward   : done_i = t_i + c_i,l / 3   (c: forward+backward ms of the device's share; backward ~ 2x forward)
-              split layer: t_i = max(done_i, max_s (done_s + lat_s + lat_i)) + recv_i,l
-              (the gather is direct; recv: its bytes over the device's link, as in ``cost``, plus
-              the layer's calibrated split overhead, 0 unless calibrated)
+              split layer: t_i = max(max(done_i, max_s (done_s + lat_s + lat_i)) + recv_i,l,
+                                     max_s (done_s + send_s,l + lat_s) + lat_i) + o_i,l
+              (the gather is direct; recv: the others' bytes over the device's link, send: its own
+              part to its k-1 peers over the other direction, as in ``cost``; o: the layer's
+              calibrated split overhead, 0 unless calibrated)
   backward  : t_i += 2 c_i,l / 3; a split layer with an input gradient ends in a collective that
-              every device waits for: t_i = max_j t_j + reduce_l, a reduce-scatter when the
-              previous layer is split, else a ring allreduce (``cost``)
+              every device waits for: t_i = max_j t_j + reduce_l, a reduce-scatter to the previous
+              layer's shares when it is split, else a ring allreduce (``cost``)
   step_ms   = max_i (t_i + ov_i / 2)                      the master learns that every device is done
 """
 from __future__ import annotations
@@ -41,22 +43,28 @@ def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignme
     lat = [d.latency_ms for d in group]
     t = [1.5 * d.step_overhead_ms + transfer_ms(stats.batch * stats.image_bytes, d.bandwidth_mbit) for d in group]
     layers = []
-    previous_split = False
+    previous: tuple[Shares, int] = (None, 0)
     for dim, co in zip(stats.dims, coeffs):
         shares = assignment.get(dim.name) if k > 1 else None
         compute = co.compute_ms(shares)
-        recv = ([o + r * (co.units - s) for r, s, o in zip(co.recv_ms_per_unit, shares, co.split_ms)]
-                if shares else None)
-        reduce_ms = (co.reduce_ms if previous_split else co.allreduce_ms) if shares else 0.0
-        layers.append((compute, recv, reduce_ms))
-        previous_split = shares is not None
-    for compute, recv, _ in layers:
+        recv = send = None
+        if shares:
+            recv = [r * (co.units - s) for r, s in zip(co.recv_ms_per_unit, shares)]
+            send = [(k - 1) * r * s for r, s in zip(co.recv_ms_per_unit, shares)]
+        reduce_ms = (co.reduce_scatter_ms(*previous) if previous[0] else co.allreduce_ms) if shares else 0.0
+        layers.append((compute, recv, send, co.split_ms, reduce_ms))
+        previous = (shares, dim.units)
+    for compute, recv, send, split_ms, _ in layers:
         done = [t[i] + FORWARD_FRACTION * compute[i] for i in range(k)]
         if recv is None:
             t = done
         else:
-            t = [max(done[i], lat[i] + arrive) + recv[i] for i, arrive in enumerate(_latest_other(done, lat))]
-    for compute, recv, reduce_ms in reversed(layers):
+            # device i has its input once its own link has received the others' parts and the last
+            # owner's link has sent its part to all of its k - 1 peers; then its split overhead
+            sent = _latest_other([d + s for d, s in zip(done, send)], lat)
+            t = [max(max(done[i], lat[i] + arrive) + recv[i], lat[i] + sent[i]) + split_ms[i]
+                 for i, arrive in enumerate(_latest_other(done, lat))]
+    for compute, recv, _, _, reduce_ms in reversed(layers):
         t = [t[i] + (1 - FORWARD_FRACTION) * compute[i] for i in range(k)]
         if recv is not None and reduce_ms > 0:
             t = [max(t) + reduce_ms] * k

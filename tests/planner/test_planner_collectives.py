@@ -41,9 +41,26 @@ def test_simulated_step_by_hand():
     ta, tb = 1.5 * 3 + 2.56, 1.5 * 5 + 1.28
     # fc split 3:1 at half the profile batch: compute 15 and 10 ms, a third of it forward
     da, db = ta + 5, tb + 10 / 3
-    # gather: the other's part arrives one hop (1 + 2 ms) after it is done, then the bytes
-    ta, tb = max(da, db + 3) + 0.04, max(db, da + 3) + 0.06
+    # gather: the other's part arrives one hop (1 + 2 ms) after it is done, then the bytes; or, when
+    # later, once the owner's link has sent it (a sends 3 units: 0.12 ms)
+    ta, tb = max(max(da, db + 3) + 0.04, db + 0.02 + 3), max(max(db, da + 3) + 0.06, da + 0.12 + 3)
     # out replicated (1 and 2 ms), forward then backward; fc backward (first layer: no allreduce)
     ta, tb = ta + 1 + 10, tb + 2 + 20 / 3
     expected = max(ta + 1.5, tb + 2.5)
     assert simulate_step_ms([a, b], stats, {"fc": (3, 1)}, profile_batch=20) == pytest.approx(expected)
+
+
+def test_simulated_gather_waits_for_the_large_share_owners_uplink():
+    from planner_util import device
+
+    from edgemesh_tf.models.spec import LayerSpec, ModelSpec
+    from edgemesh_tf.planner import model_stats
+    from edgemesh_tf.planner.simulate import simulate_step_ms
+
+    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 8), LayerSpec("dense", "out", 4, relu=False)))
+    stats = model_stats(spec, batch=10)
+    devs = [device("d%d" % i, {"fc": 0.0, "out": 0.0}, bw=8.0, lat=0.0, overhead=0.0, task=i) for i in range(3)]
+    # the input batch (2.56 ms), then d1 and d2 receive 7 units (0.28 ms) but d0 sends its 6 units to
+    # both of them: 0.48 ms
+    assert simulate_step_ms(devs, stats, {"fc": (6, 1, 1)}, 10) == pytest.approx(2.56 + 0.48)
+    assert simulate_step_ms(devs, stats, {"fc": (3, 3, 2)}, 10) == pytest.approx(2.56 + 0.24)

@@ -44,9 +44,10 @@ def test_step_memory_and_sync_by_hand(monkeypatch):
     p = predict([a, b], stats, {"fc": (3, 1)}, profile_batch=20)  # batch 10 of a profile at 20: half the ms
     fc, out = p.layers
     assert fc.compute_ms == pytest.approx((20 * 3 / 4, 40 * 1 / 4)) and out.compute_ms == (1.0, 2.0)
-    # gather: 10 ex * 4 bytes * the other units over the device's own link (1000 and 2000 bytes/ms)
+    # gather: 10 ex * 4 bytes * the busier direction of the device's own link (1000 and 2000 bytes/ms):
+    # a receives b's 1 unit and sends its 3 to b, b receives 3 and sends 1
     # + 1 hop * (1 + 2) ms (a device-to-device path crosses both devices' links)
-    gather = (3 + 10 * 4 * 1 / 1000, 3 + 10 * 4 * 3 / 2000)
+    gather = (3 + 10 * 4 * 3 / 1000, 3 + 10 * 4 * 3 / 2000)
     # fc's input is the image: nothing to allreduce
     assert fc.comm_ms == pytest.approx(max(gather))
     # base: per device 2 * round trip + its input batch (10 * 256 image bytes) over its own link
@@ -73,6 +74,24 @@ def test_allreduce_of_input_gradient():
     reduce_ms = 1 / 2 * 10 * 16 / 1000 + 2.0
     gather = 2.0 + 10 * 4 * 2 / 1000
     assert out.comm_ms == pytest.approx(gather + reduce_ms)
+
+
+def test_gather_and_reduce_scatter_charge_the_owners_uplink():
+    """Three devices: a large share's owner sends it to both peers (its uplink is the gather's
+    bottleneck); the reduce-scatter to uneven shares: the owner receives two partial sums of it."""
+    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 8), LayerSpec("dense", "out", 4, relu=False)))
+    stats = model_stats(spec, batch=10)
+    devs = [device("d%d" % i, {"fc": 1.0, "out": 1.0}, bw=8.0, lat=1.0, overhead=0.0, task=i) for i in range(3)]
+    fc, out = predict(devs, stats, {"fc": (6, 1, 1), "out": (2, 1, 1)}).layers
+    unit = 10 * 4 / 1000  # ms per unit of fc's output (10 examples * 4 bytes at 1000 bytes/ms)
+    assert fc.comm_ms == pytest.approx(2.0 + 2 * 6 * unit)  # d0 sends 6 units twice; receives only 2
+    # out's gather (2, 1, 1): d0 sends its 2 units twice (4 units), d1 and d2 receive 3
+    # out's input gradient, fc's whole output (8 units, 8 * unit ms over a link), to fc's shares:
+    # d0 receives 2 partial sums of its 6 units and sends its partial sums of the other 2
+    assert out.comm_ms == pytest.approx(2.0 + 4 * unit + 2.0 + 8 * unit * max(2 * 6, 8 - 6) / 8)
+    # fc split (3, 3, 2): d0 and d1 receive 2 * 3, d2 sends the others 6
+    even = predict(devs, stats, {"fc": (3, 3, 2), "out": (2, 1, 1)}).layers[1]
+    assert even.comm_ms == pytest.approx(2.0 + 4 * unit + 2.0 + 8 * unit * 6 / 8)
 
 
 def test_bad_assignment_and_profile_are_named():
