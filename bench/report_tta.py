@@ -277,7 +277,8 @@ def tta_section(rec, out_dir) -> tuple[str, list[str]]:
                          fmt(s["bytes_sent"] / 1e6 if s.get("bytes_sent") is not None else None, 1, " MB"),
                          fmt(s.get("wait_s"), 1, " s"), fmt(over["bsp"], 3), fmt(over["adsp"], 3)])
         text.append(f"### {name} (`{c['cluster']}`; network {c.get('network')}, compute {c.get('compute')}; "
-                    f"evaluations every {fmt(c.get('eval_spacing_s'), 2, ' s')} (median))\n")
+                    f"evaluations every {fmt(c.get('eval_spacing_s'), 2, ' s')} (median)"
+                    + (f" on {res['eval_examples']:,} test images" if res.get("eval_examples") else "") + ")\n")
         text.append(f"![{name}]({png})\n")
         text.append(table(["Strategy", "Median time to target", "95% CI", "Reached", final_header(res, "Final accuracy, median"),
                            "Sent", "Waiting", "÷ BSP", "÷ ADSP"], rows) + "\n")

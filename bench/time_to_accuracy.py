@@ -6,7 +6,7 @@
         [--strategies bsp,adsp,ashl] [--seeds 8] [--other_seeds 3]
         [--homo_strategies ashl,adsp] [--homo_seeds 2]
         [--variants ashl_project,ashl+error_feedback,...] [--variant_seeds 2] [--max_minutes 0]
-        [--tail_s 0] [--eval_interval_s 1] [--out FILE.json] [--quick] [--estimate]
+        [--tail_s 0] [--eval_interval_s 1] [--eval_examples 500] [--out FILE.json] [--quick] [--estimate]
 
 The task (issue 16): `vgg_m` (1.04 M parameters) on `digits32` (21,552 train / 5,400 test images of
 32x32x1, generated offline), one data-parallel group per worker, batch 32 per group and local
@@ -66,7 +66,7 @@ sys.path.insert(0, HERE)
 
 import stats  # noqa: E402  (bench/stats.py)
 from tta_plan import (CONFIGS, CONSECUTIVE, DEFAULT_VARIANTS, DEFAULTS, EVAL_SPACING_S,  # noqa: E402,F401
-                      EXPECTED_TRAIN_S, FINAL_EVAL_EXAMPLES, FINAL_EVAL_S, MANY_SEEDS, QUICK, STARTUP_S, STRATEGIES, VARIANTS,
+                      EVAL_EXAMPLES, EXPECTED_TRAIN_S, FINAL_EVAL_EXAMPLES, FINAL_EVAL_S, MANY_SEEDS, QUICK, STARTUP_S, STRATEGIES, VARIANTS,
                       Clock, _names, base_of, budget_of, estimate, estimate_s, expected_run_s, plan_of, schedule,
                       sync_config, tail_for)
 
@@ -117,7 +117,8 @@ class ClusterRuns:
                                      model=args.model, dataset=args.dataset, target_accuracy=args.target,
                                      target_evaluations=CONSECUTIVE, stop_after_target_s=args.tail_s,
                                      time_budget_s=budget_of(name, args, self.homogeneous),
-                                     eval_interval_s=args.eval_interval_s, final_eval_examples=FINAL_EVAL_EXAMPLES,
+                                     eval_interval_s=args.eval_interval_s, eval_examples=args.eval_examples,
+                                     final_eval_examples=FINAL_EVAL_EXAMPLES,
                                      checkpoint_interval_s=60.0, seed=seed,
                                      logdir=logdir)
                     t0 = time.monotonic()
@@ -258,7 +259,8 @@ def assemble(args, clusters: dict, estimate: float, wall: float, workdir: str, i
     out = {"format": 2, "dataset": args.dataset, "model": args.model, "target_accuracy": args.target,
            "consecutive_evaluations": CONSECUTIVE, "target_evaluations": CONSECUTIVE, "budget_s": budget,
            "bsp_budget_s": budget_of("bsp", args), "homo_budget_s": budget_of("ashl", args, True),
-           "eval_interval_s": args.eval_interval_s, "final_eval_examples": FINAL_EVAL_EXAMPLES,
+           "eval_interval_s": args.eval_interval_s, "eval_examples": args.eval_examples,
+           "final_eval_examples": FINAL_EVAL_EXAMPLES,
            "tail_s": args.tail_s, "batch_per_group": args.batch,
            "seeds": {"ashl_adsp": args.seeds, "other": args.other_seeds, "variants": args.variant_seeds,
                      "homogeneous": args.homo_seeds},
@@ -344,6 +346,8 @@ def parser(quick: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--tail_s", type=float, default=0.0, help="training after the chief has seen the target in %d "
                    "evaluations in a row (s)" % CONSECUTIVE)
     p.add_argument("--eval_interval_s", type=float, default=d["eval_interval_s"])
+    p.add_argument("--eval_examples", type=int, default=d["eval_examples"],
+                   help="held-out images of each evaluation during training (tta_plan.EVAL_EXAMPLES)")
     p.add_argument("--batch", type=int, default=32, help="batch per group and local iteration")
     p.add_argument("--strategies", default=d["strategies"], help="on --cluster, comma-separated, of %s"
                    % ",".join(STRATEGIES))
@@ -372,7 +376,7 @@ def _help_estimate() -> str:
             f"{args.max_minutes:.0f} ({e['runs'] - e['variant_runs']} strategy runs and {e['variant_runs_in_cap']} "
             f"of the {e['variant_runs']} variant runs; all {e['runs']} runs: {e['full_s'] / 60:.0f} min). Time model: "
             f"{STARTUP_S:.0f} s set-up per run, an evaluation every {EVAL_SPACING_S['digits32']:.0f} s during training "
-            f"(1,000 test images), {FINAL_EVAL_S['digits32']:.0f} s for the final one ({FINAL_EVAL_EXAMPLES:,}), training to target "
+            f"({args.eval_examples:,} test images), {FINAL_EVAL_S['digits32']:.0f} s for the final one ({FINAL_EVAL_EXAMPLES:,}), training to target "
             f"ADSP {EXPECTED_TRAIN_S['adsp']:.0f} s, ASHL and variants "
             f"{EXPECTED_TRAIN_S['ashl']:.0f} s, BSP its budget. --quick: {q['capped_s'] / 60:.0f} min.")
 

@@ -25,6 +25,7 @@ TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
 # A layer whose one pass takes this many round trips of its device is timed one pass per run: the
 # round trip's jitter is then a few % of the run. Shorter layers chain ``reps`` passes per run.
 ONE_PASS_OVER_ROUND_TRIP = 20.0
+WARMUP_STEPS = 2  # whole training steps not counted before the timed ones (the first runs the graph's set-up)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +76,7 @@ def fit_link(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> tuple[flo
 
 def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfile], session_target: str,
                     master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_device: str | None = None,
-                    split_step_devices: Sequence[str] = (), whole_step_repeats: int = 3,
+                    split_step_devices: Sequence[str] = (), whole_step_repeats: int = 5,
                     config: tf.ConfigProto | None = None) -> Profile:
     """Measures every device in ``devices``; ``master_device`` is where transfers are received.
     whole_step_device: the name of a device to also time ``whole_step_repeats`` real training steps
@@ -145,13 +146,16 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
 
 def layout_step_ms(spec: ModelSpec, batch: int, layout, session_target: str, master_device: str,
                    repeats: int) -> float:
-    """Median ms of ``repeats`` training steps of ``spec`` under ``layout`` (after one warm-up step),
-    built as training builds it (the lowering, the optimizer, the input fed from the client)."""
+    """Median ms of ``repeats`` training steps of ``spec`` under ``layout`` (after WARMUP_STEPS not
+    counted), built as training builds it (the lowering, the optimizer, the input fed from the client).
+    Single steps of VGG-16 on a 0.35-core device measured 2.5-5.0 s after the first (throttling
+    stalls): the median of 3 put one profile's whole step 32% above the later measured one."""
     from edgemesh_tf.profile.step_timer import LayoutRunner  # it imports this module
     container = "profile_layout_step"
     runner = LayoutRunner(spec, layout, batch, session_target, master_device, container=container)
     try:
-        runner.step_ms()
+        for _ in range(WARMUP_STEPS):
+            runner.step_ms()
         return statistics.median(runner.step_ms() for _ in range(repeats))
     finally:
         runner.close()

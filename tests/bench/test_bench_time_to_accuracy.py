@@ -179,6 +179,7 @@ def test_assembled_json_has_the_issues_keys():
     assert 0 < out["ashl_over_adsp_p"] < 0.05
     assert out["ashl_over_bsp"] == pytest.approx(round(32 / 150, 4))
     assert out["budget_s"] == 90 and out["bsp_budget_s"] == 150
+    assert out["eval_examples"] == tta.EVAL_EXAMPLES == 500 and out["final_eval_examples"] == 1000
     assert len(s["ashl"]["runs"]) == 8 and s["ashl"]["times_s"] == ASHL
 
 
@@ -257,6 +258,7 @@ def test_report_shows_the_ratios_cis_and_p_values(rendered_v2):
     assert ashl_row.split("|")[-2].strip() == str(round(out["ashl_over_adsp"], 3))
     bsp_row = next(ln for ln in text.splitlines() if ln.startswith("| BSP |"))
     assert "≥ 150.0 s" in bsp_row and "| 1/3 |" in bsp_row
+    assert "(median) on 500 test images)" in text
 
 
 def test_report_shows_the_variants_and_checks(rendered_v2):
