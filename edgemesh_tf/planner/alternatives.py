@@ -12,6 +12,7 @@ Synchronous data parallelism, per step (b0: the profile batch, ov_i: device i's 
 
   time_i(b)   = 2 * ov_i + 8 * b * image / bw_i + b / b0 * sum_l layer_ms_i,l   start, input batch, compute
   allreduce   = sum_l 2(m-1)/m * 8 * 4 * params_l / bw_min + allreduce_latency_ms(lat, params_l)
+                (the bandwidth term at least a shared medium's airtime for the ring: ``media.ring_ms``)
   step_ms     = max_i time_i(b_i) + allreduce
   memory_i    = runtime + w * 4 * params + a * b_i * (image + sum_l (in_l + act_l))   (bytes, ``memory``)
 
@@ -26,7 +27,7 @@ import math
 from typing import Sequence
 
 from edgemesh_tf.planner.collectives import allreduce_latency_ms
-from edgemesh_tf.planner import cost
+from edgemesh_tf.planner import cost, media
 from edgemesh_tf.planner.cost import GroupPrediction, LayerPrediction, check_group, ps_sync_ms, transfer_ms
 from edgemesh_tf.planner.division import Division, PlanError, divide, min_over_sizes
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, ModelStats
@@ -107,8 +108,9 @@ def _water_fill(group, per_example, act, weights, B) -> tuple[int, ...] | None:
 def _division(group, stats, shares, per_example, act, weights, b0, ps_bandwidth_mbit) -> Division:
     m = len(group)
     lat, bw_min = [d.latency_ms for d in group], min(d.bandwidth_mbit for d in group)
-    reduce = [0.0 if m == 1 else 2 * (m - 1) / m * transfer_ms(FLOAT_BYTES * x.params_per_unit * x.units, bw_min)
-              + allreduce_latency_ms(lat, x.params_per_unit * x.units) for x in stats.dims]
+    grads = [FLOAT_BYTES * x.params_per_unit * x.units for x in stats.dims]
+    reduce = [0.0 if m == 1 else max(2 * (m - 1) / m * transfer_ms(g, bw_min), media.ring_ms(group, g))
+              + allreduce_latency_ms(lat, x.params_per_unit * x.units) for x, g in zip(stats.dims, grads)]
     compute = tuple(b * (per_example[d.name] - transfer_ms(stats.image_bytes, d.bandwidth_mbit))
                     for d, b in zip(group, shares))
     step = max(2 * d.step_overhead_ms + b * per_example[d.name] for d, b in zip(group, shares)) + sum(reduce)

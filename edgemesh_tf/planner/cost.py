@@ -35,6 +35,10 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
                 whole tensors, inputs kept for backward, own pre-pool outputs, a replica's anchors
                 and residuals; the coefficients fitted to measured peaks)
 
+Shared media (devices on one Wi-Fi channel, ``media``): every collective, input batch and push/pull
+also takes at least the medium's bytes over its rate (the gather's and reduce-scatter's link term
+is then max(own link, medium)).
+
 Bytes are per example (``model_stats``); bandwidths in Mbit/s (8 * bytes / (Mbit/s * 1e3) = ms);
 latencies in ms. A replicated layer has s_i = U and no communication.
 """
@@ -44,6 +48,7 @@ import dataclasses
 import math
 from typing import Mapping, Sequence
 
+from edgemesh_tf.planner import media
 from edgemesh_tf.planner import memory as memory_lib
 from edgemesh_tf.planner.collectives import allreduce_latency_ms, direct_latency_ms
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, DimStats, ModelStats
@@ -78,10 +83,18 @@ def check_group(group: Sequence[DeviceProfile]) -> None:
             value = getattr(d, field)
             if not (_number(value) and ok(value)):
                 raise ValueError("device %s: %s must be %s, got %r" % (d.name, field, expected, value))
+        if bool(d.medium) != (_number(d.medium_mbit) and d.medium_mbit > 0):
+            raise ValueError("device %s: medium %r needs medium_mbit > 0 (Mbit/s) and the other way round, got %r"
+                             % (d.name, d.medium, d.medium_mbit))
         for t in d.layers:
             if not (_number(t.compute_ms) and t.compute_ms >= 0):
                 raise ValueError("device %s: layer %s compute_ms must be a number >= 0 (ms), got %r"
                                  % (d.name, t.name, t.compute_ms))
+    rates: dict[str, tuple[str, float]] = {}
+    for d in group:
+        if d.medium and rates.setdefault(d.medium, (d.name, d.medium_mbit))[1] != d.medium_mbit:
+            raise ValueError("devices %s and %s share medium %r but give it different rates: %r and %r Mbit/s"
+                             % (rates[d.medium][0], d.name, d.medium, rates[d.medium][1], d.medium_mbit))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +106,8 @@ class LayerCoeffs:
       (either direction: it receives the others' units and sends its own to each peer).
     hop_ms: latency of the direct gather.
     in_ms: per device, ms to move the whole input tensor (whole batch) over its link (0: the first layer).
+    medium_out, medium_in: shared media's weights (``media``) for the output's gather and the input
+      gradient's reduce-scatter; () when no device of the group is on a shared medium.
     reduce_ms: the backward reduce-scatter of the input gradient with the previous layer split evenly
       (``reduce_scatter_ms`` for given shares).
     allreduce_ms: the backward ring allreduce of the input gradient (the previous layer replicated).
@@ -111,6 +126,8 @@ class LayerCoeffs:
     mem_per_unit: int
     split_ms: tuple[float, ...]
     in_ms: tuple[float, ...]
+    medium_out: media.Weights = ()
+    medium_in: media.Weights = ()
 
     def compute_ms(self, shares: Shares) -> tuple[float, ...]:
         if shares is None:
@@ -122,8 +139,8 @@ class LayerCoeffs:
         link (receiving the others' units, sending its own to k-1 peers); 0 when replicated or alone."""
         if shares is None or len(shares) == 1:
             return (0.0,) * len(self.full_ms)
-        k = len(shares)
-        return tuple(self.hop_ms + o + r * max(self.units - s, (k - 1) * s)
+        k, medium = len(shares), media.exchange_ms(self.medium_out, shares, self.units)
+        return tuple(self.hop_ms + o + max(r * max(self.units - s, (k - 1) * s), medium)
                      for r, s, o in zip(self.recv_ms_per_unit, shares, self.split_ms))
 
     def reduce_scatter_ms(self, previous: Shares, previous_units: int) -> float:
@@ -132,8 +149,9 @@ class LayerCoeffs:
         if previous is None or not any(self.in_ms):
             return self.reduce_ms
         k = len(previous)
-        return self.hop_ms + max(m * max((k - 1) * s, previous_units - s) / previous_units
-                                 for m, s in zip(self.in_ms, previous))
+        return self.hop_ms + max(max(m * max((k - 1) * s, previous_units - s) / previous_units
+                                     for m, s in zip(self.in_ms, previous)),
+                                 media.exchange_ms(self.medium_in, previous, previous_units))
 
     def comm_ms(self, shares: Shares) -> float:
         """Group communication of the layer: slowest allconcat + allreduce (0 when replicated)."""
@@ -154,21 +172,30 @@ def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, prof
     # The gather is direct: device i receives the other shares over its own link.
     recv = tuple(transfer_ms(batch * dim.out_bytes / dim.units, d.bandwidth_mbit) for d in group)
     in_elements = batch * dim.in_bytes // FLOAT_BYTES
-    reduce_ms = (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + direct_latency_ms(lat)
-    allreduce_ms = 2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min) + allreduce_latency_ms(lat, in_elements)
+    medium_in = media.exchange_weights(group, batch * dim.in_bytes)
+    reduce_ms = max((k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min),
+                    media.exchange_ms(medium_in, None, 1)) + direct_latency_ms(lat)
+    allreduce_ms = (max(2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min), media.ring_ms(group, batch * dim.in_bytes))
+                    + allreduce_latency_ms(lat, in_elements))
     in_ms = tuple(transfer_ms(batch * dim.in_bytes, d.bandwidth_mbit) for d in group)
     if dim.in_bytes == 0:  # the first layer: its input (the image) has no gradient, no allreduce at all
         reduce_ms = allreduce_ms = 0.0
     mem = int(math.ceil(MEMORY.per_unit_bytes(dim, batch)))
     return LayerCoeffs(dim.name, dim.units, tuple(d.layer_ms(dim.name) * scale for d in group), recv,
                        direct_latency_ms(lat), reduce_ms, allreduce_ms, mem,
-                       tuple((k - 1) * d.split_overhead_ms for d in group), in_ms)
+                       tuple((k - 1) * d.split_overhead_ms for d in group), in_ms,
+                       media.exchange_weights(group, batch * dim.out_bytes), medium_in)
 
 
 def base_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
     """Per-step cost outside the layers: start the device, fetch its input batch (see above)."""
-    return max(2 * d.step_overhead_ms + transfer_ms(stats.batch * stats.image_bytes, d.bandwidth_mbit)
-               for d in group)
+    own = max(2 * d.step_overhead_ms + transfer_ms(stats.batch * stats.image_bytes, d.bandwidth_mbit) for d in group)
+    return max(own, max(2 * d.step_overhead_ms for d in group) + input_medium_ms(group, stats))
+
+
+def input_medium_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
+    """ms the busiest shared medium needs for every device's input batch (0 without media)."""
+    return media.each_once_ms(group, [stats.batch * stats.image_bytes] * len(group))
 
 
 def fixed_memory_bytes(stats: ModelStats, k: int) -> list[int]:
@@ -190,7 +217,9 @@ def held_memory_bytes(stats: ModelStats, held: Sequence[Sequence[int]]) -> list[
 def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_mbit: float = math.inf) -> float:
     """Push + pull of the whole model: each device moves its ~1/k of the whole tensors (they are
     spread over the group by bytes) over its own link, the whole model through the PS's link."""
-    part = max(transfer_ms(stats.param_bytes / len(group), d.bandwidth_mbit) for d in group)
+    k = len(group)
+    part = max(transfer_ms(stats.param_bytes / k, d.bandwidth_mbit) for d in group)
+    part = max(part, media.each_once_ms(group, [stats.param_bytes / k] * k))
     return 2 * max(part, transfer_ms(stats.param_bytes, ps_bandwidth_mbit)) + 2 * max(d.latency_ms for d in group)
 
 

@@ -37,6 +37,7 @@ import math
 from typing import Callable, Sequence
 
 from edgemesh_tf.mesh.layout import Layout
+from edgemesh_tf.planner import media
 from edgemesh_tf.planner.cost import (GroupPrediction, LayerCoeffs, Shares, check_group, fixed_memory_bytes,
                                       layer_coeffs, predict)
 from edgemesh_tf.planner.model_stats import ModelStats
@@ -86,6 +87,10 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
     c_ev += [(o[i] + (k - 1) * b[i] * n, i, 1, n - 1) for i in range(k) if b[i] > 0 for n in range(1, caps[i] + 1)]
     c_ev.sort(key=lambda e: -e[0])
     floor = max((o[i] for i in range(k) if b[i] <= 0), default=0.0)
+    # a shared medium carries every part: a floor on the gather level (exact when every device of the
+    # group is on it, its airtime then independent of the shares; else taken at even shares)
+    medium = media.exchange_ms(co.medium_out, None, co.units)
+    floor = max([floor] + [x + medium for x in o] if medium else [floor])
     # per device: lo (floor from receiving), cap[0] (compute level), cap[1] (sending); effective cap min
     lo, cap = [1] * k, [[0] * k, list(caps)]
     eff = lambda i: min(cap[0][i], cap[1][i])

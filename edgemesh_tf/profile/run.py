@@ -1,6 +1,7 @@
 """Profile the workers of a cluster file, on the emulated testbed or on running servers."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping, Sequence
 
 from edgemesh_tf.cluster.reach import reach_servers
@@ -27,8 +28,18 @@ def profile_workers(cluster: ClusterFile, spec: ModelSpec, batch: int, session_t
     ``planner.calibrate.steps_to_time`` chooses them)."""
     memory = budgets(cluster)
     devices = [DeviceToProfile(d.name, d.device_string, memory[d.name], pids.get(d.name)) for d in cluster.workers]
-    return profile_devices(spec, batch, devices, session_target, cluster.master.device_string, repeats=repeats,
-                           whole_step_device=whole_step_device, split_step_devices=split_step_devices)
+    profile = profile_devices(spec, batch, devices, session_target, cluster.master.device_string, repeats=repeats,
+                              whole_step_device=whole_step_device, split_step_devices=split_step_devices)
+    return with_media(profile, cluster)
+
+
+def with_media(profile: Profile, cluster: ClusterFile) -> Profile:
+    """``profile`` with each device's shared medium and its rate from ``cluster`` (a device's own link
+    is measured; sharing shows only when devices send at once, so the file says it)."""
+    rates, on = dict(cluster.media), {d.name: d.medium for d in cluster.devices}
+    return dataclasses.replace(profile, devices=tuple(
+        dataclasses.replace(d, medium=on.get(d.name) or "", medium_mbit=float(rates.get(on.get(d.name), 0.0)))
+        for d in profile.devices))
 
 
 def profile_cluster(cluster: ClusterFile | str, spec: ModelSpec, batch: int, *, emulate: bool = True,

@@ -40,6 +40,8 @@ class DeviceProfile:
     split_overhead_ms: what each other device of a group adds to a split layer on this device beyond
       its modelled compute and transfers (ms per peer; 0 = as profiled): fitted by
       ``planner.calibrate`` from the profile's split step, in proportion to the device's compute time.
+    medium, medium_mbit: the shared channel (e.g. one Wi-Fi) the device's link goes through and its
+      rate (Mbit/s), from the cluster file's `media`; "" and 0 when the link is its own.
     """
 
     name: str
@@ -52,6 +54,8 @@ class DeviceProfile:
     peak_memory_bytes: int = 0
     whole_step_ms: float = 0.0
     split_overhead_ms: float = 0.0
+    medium: str = ""
+    medium_mbit: float = 0.0
 
     def layer_ms(self, name: str) -> float:
         for t in self.layers:
@@ -154,7 +158,14 @@ def profile_from_dict(d: dict, source: str = "<profile>") -> Profile:
             step_overhead_ms=_field(source, where, dev, "step_overhead_ms", "number", optional=True, default=0.0),
             peak_memory_bytes=_field(source, where, dev, "peak_memory_bytes", "int", optional=True, default=0),
             whole_step_ms=_field(source, where, dev, "whole_step_ms", "number", optional=True, default=0.0),
-            split_overhead_ms=_field(source, where, dev, "split_overhead_ms", "number", optional=True, default=0.0)))
+            split_overhead_ms=_field(source, where, dev, "split_overhead_ms", "number", optional=True, default=0.0),
+            medium="" if dev.get("medium") == "" else _field(source, where, dev, "medium", "str", optional=True,
+                                                             default=""),
+            medium_mbit=_field(source, where, dev, "medium_mbit", "number", optional=True, default=0.0)))
+        if bool(devices[-1].medium) != (devices[-1].medium_mbit > 0):
+            raise InputError("%s: %s: fields 'medium' and 'medium_mbit' go together (a shared channel's name and "
+                             "its rate > 0 Mbit/s), got %r and %r" % (source, where, devices[-1].medium,
+                                                                      devices[-1].medium_mbit))
     split_devices = d.get("split_step_devices", [])
     if not (isinstance(split_devices, list) and all(n in names for n in split_devices)):
         raise InputError("%s: field 'split_step_devices' must be a list of the profile's device names (%s), got %r"

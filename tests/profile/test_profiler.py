@@ -91,6 +91,25 @@ def test_a_calibrated_profile_round_trips_through_its_file(tmp_path):
         load_profile(str(bad))
 
 
+def test_a_shared_medium_comes_from_the_cluster_file_and_round_trips(tmp_path):
+    from edgemesh_tf.cluster.spec import load_cluster
+    from edgemesh_tf.profile.run import with_media
+    from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
+    cluster = load_cluster(os.path.join(ROOT, "layouts", "pi4wifi.yaml"))
+    p = Profile("vgg", 32, (8, 8, 1), 10, tuple(DeviceProfile(d.name, d.device_string, (LayerTiming("conv1", 2.0),),
+                                                              1 << 30, 150.0, 2.0) for d in cluster.workers))
+    p = with_media(p, cluster)
+    assert {(d.medium, d.medium_mbit) for d in p.devices} == {("wifi", 200.0)}
+    save_profile(p, str(tmp_path / "p.json"))
+    assert load_profile(str(tmp_path / "p.json")) == p
+    bad = tmp_path / "bad.json"
+    bad.write_text(p.to_json().replace('"medium_mbit": 200.0', '"medium_mbit": 0.0', 1))
+    with pytest.raises(ValueError, match=r"bad.json: device 'jetson0': fields 'medium' and 'medium_mbit' go together"):
+        load_profile(str(bad))
+    wired = with_media(p, load_cluster(os.path.join(ROOT, "layouts", "pi4.yaml")))
+    assert {(d.medium, d.medium_mbit) for d in wired.devices} == {("", 0.0)}
+
+
 def test_bad_profile_file_is_named(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"model": "vgg"}')
