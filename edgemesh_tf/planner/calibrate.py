@@ -12,14 +12,17 @@ base_ms is the cost model's per-step cost outside the layers (`cost.base_ms`). O
 devices: the overhead is the runtime's, not the device's (two groups measured on pi4 agreed within
 3%). Scaled alone, a split group was then under-predicted (0.75x its measured step on pi4): a slice
 of a layer costs more than its share of the layer (its ops' fixed costs, the lowering's slicing and
-concatenation, one more message per layer). So the profiler also times an even split over the two
-largest budgets (`Profile.split_step_ms`), and the ms it takes beyond the scaled model's prediction
+concatenation, one more message per layer). So the profiler also times an even split over the three
+largest budgets (two if three do not hold it; `Profile.split_step_ms`), and the ms it takes beyond
+the scaled model's prediction
 become `split_overhead_ms`: per split layer and per peer (each peer is one more message to send,
 receive and concatenate), on each device in proportion to its compute time (it is CPU work on a
 device as throttled as its compute), so that the model predicts the timed split. A constant per
 split layer, fitted on lan4's two fastest devices, predicted the even split over all four at 0.55-0.66x
 its measured step: there the slowest device has three peers at a quarter of the fastest's speed.
-Per peer and device: 0.85x, and 0.88x over the three fastest (docs/DESIGN.md).
+Per peer and device: 0.85x, and 0.88x over the three fastest (docs/DESIGN.md); but over four runs
+that fit on two devices moved, and the even split over four with it (0.71-0.95x): now it is fitted
+where each device has two peers.
 
 `plan` calibrates by default (`plan(..., calibrate=False)`: the layer times as measured); the
 benchmarks report the uncalibrated prediction beside the plan's own. With nothing timed the profile
@@ -38,6 +41,10 @@ from edgemesh_tf.planner.model_stats import ModelStats, model_stats
 from edgemesh_tf.profile.types import LayerTiming, Profile
 
 SCALE_RANGE = (0.25, 4.0)  # a factor outside this is a failed measurement, not an overhead
+# Devices of the timed split step: three, so that the per-peer overhead is fitted where a device has
+# two peers. Fitted on a two-way split, lan4's even split over four was predicted at 0.71-0.95x its
+# measured step over four runs (the fit moved 0.4-2.8 ms per peer on the fastest device).
+SPLIT_STEP_DEVICES = 3
 
 
 def alone_memory_bytes(stats: ModelStats) -> int:
@@ -56,16 +63,18 @@ def whole_step_device(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -
 
 
 def split_step_devices(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> tuple[str, ...]:
-    """The two largest memory budgets (bytes), to time an even split of the model over, if the memory
-    model predicts each holds its half (the first also the session); () otherwise."""
-    if len(budgets) < 2:
-        return ()
-    pair = tuple(sorted(budgets, key=lambda n: -budgets[n])[:2])
+    """The SPLIT_STEP_DEVICES largest memory budgets (bytes; ties: in order), to time an even split of
+    the model over, if the memory model predicts each holds its part (the first also the session);
+    else the fewer largest that do, down to two; () when not even two do."""
+    order = sorted(budgets, key=lambda n: -budgets[n])
     stats = model_stats(spec, batch)
-    _, shares = even_split_layout(spec.split_dims(), pair)
-    held = [[shares[d.name][i] if d.name in shares else d.units for d in stats.dims] for i in range(2)]
-    need = cost.held_memory_bytes(stats, held)
-    return pair if all(b <= budgets[n] for n, b in zip(pair, need)) else ()
+    for k in range(min(SPLIT_STEP_DEVICES, len(budgets)), 1, -1):
+        group = tuple(order[:k])
+        _, shares = even_split_layout(spec.split_dims(), group)
+        held = [[shares[d.name][i] if d.name in shares else d.units for d in stats.dims] for i in range(k)]
+        if all(b <= budgets[n] for n, b in zip(group, cost.held_memory_bytes(stats, held))):
+            return group
+    return ()
 
 
 def steps_to_time(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> dict:

@@ -33,11 +33,13 @@ def build_layer_op(tf, layer: LayerShape, device: str, reps: int):
 
 
 def build_transfer_op(tf, nbytes: int, src: str, dst: str):
-    """An op on ``dst`` that needs ``nbytes`` of float32 made on ``src``: one transfer src -> dst."""
+    """An op on ``dst`` that needs ``nbytes`` of float32 held on ``src``: one transfer src -> dst.
+    The bytes are a variable (the graph's initializer fills it once): a run moves them and does not
+    make them, which on a throttled device took as long as the transfer at 1 Gbit/s."""
     with tf.device(src):
-        x = tf.random.uniform([max(1, nbytes // 4)])
+        x = tf.Variable(tf.zeros([max(1, nbytes // 4)]), trainable=False, use_resource=True)
     with tf.device(dst):
-        return tf.reduce_sum(x)
+        return tf.reduce_sum(x.read_value())
 
 
 def build_noop_op(tf, device: str):

@@ -22,6 +22,12 @@ from edgemesh_tf.profile.layers import build_layer_op, build_noop_op, build_tran
 from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
 
 TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
+# On a fast link the largest of those is over within a few CFS periods of a throttled sender (a 0.25-core
+# device runs 2.5 ms of each 10), so its time depends on where in the period it starts: pi4's Pi-class
+# devices measured 185-383 Mbit/s from one profile to the next. Transfers that took under
+# LARGE_TRANSFER_IF_MS are therefore also timed at LARGE_TRANSFER_BYTES (the size of a VGG gather).
+LARGE_TRANSFER_BYTES = (2 << 20, 8 << 20)
+LARGE_TRANSFER_IF_MS = 40.0
 # A layer whose one pass takes this many round trips of its device is timed one pass per run: the
 # round trip's jitter is then a few % of the run. Shorter layers chain ``reps`` passes per run.
 ONE_PASS_OVER_ROUND_TRIP = 20.0
@@ -64,6 +70,13 @@ def _timed(sess, op, repeats: int, warmup: bool = True) -> list[float]:
     return out
 
 
+def large_transfers(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> bool:
+    """Whether to time LARGE_TRANSFER_BYTES too: the largest transfer so far took under
+    LARGE_TRANSFER_IF_MS (median)."""
+    largest = max(sizes_bytes)
+    return statistics.median(t for n, t in zip(sizes_bytes, times_ms) if n == largest) < LARGE_TRANSFER_IF_MS
+
+
 def fit_link(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> tuple[float, float]:
     """Least squares time_ms = a + bytes / rate; returns (latency_ms = a / 2, bandwidth_mbit).
 
@@ -90,11 +103,13 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
         ops = {d.name: {s.name: build_layer_op(tf, s, d.device, 1) for s in shapes} for d in devices}
         base = {d.name: build_noop_op(tf, d.device) for d in devices}
         local = build_noop_op(tf, master_device)
-        transfers = {d.name: [build_transfer_op(tf, n, d.device, master_device) for n in TRANSFER_BYTES]
-                     for d in devices}
+        transfers = {d.name: [build_transfer_op(tf, n, d.device, master_device)
+                              for n in TRANSFER_BYTES + LARGE_TRANSFER_BYTES] for d in devices}
+        init = tf.global_variables_initializer()  # the transfers' sources
     tf.Session.reset(session_target)
     out = []
     with tf.Session(session_target, graph=graph, config=config) as sess:
+        sess.run(init)
         # Round trips are the largest term of a step on slow links: sample them more than layers.
         rtt_repeats = 4 * repeats
         local_ms, _ = robust_median(_timed(sess, local, rtt_repeats))  # TF's own cost of a run, no network
@@ -114,7 +129,9 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                 med, iqr = robust_median(samples)
                 timings.append(LayerTiming(s.name, round(max(0.0, med - base_ms) / n, 3), round(iqr / n, 3)))
             sizes, times = [], []
-            for n, op in zip(TRANSFER_BYTES, transfers[d.name]):
+            for n, op in zip(TRANSFER_BYTES + LARGE_TRANSFER_BYTES, transfers[d.name]):
+                if n in LARGE_TRANSFER_BYTES and not large_transfers(sizes, times):
+                    break
                 for t in _timed(sess, op, repeats):
                     sizes.append(n)
                     times.append(t)
@@ -129,6 +146,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                                      peak_memory_bytes=peak))
             logging.info("profiled %s in %.1f s: %s", d.name, time.perf_counter() - t0,
                          ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings))
+    tf.Session.reset(session_target)  # frees the transfers' variables on the devices
     from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout
     by_name = {d.name: d.device for d in devices}
     if whole_step_device is not None:

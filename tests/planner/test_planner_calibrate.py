@@ -80,9 +80,10 @@ def test_the_split_overhead_makes_the_cost_model_predict_the_measured_split_step
     assert all(d.split_overhead_ms == 0 for d in calibrated(fast, SPEC).devices)
 
 
-def test_the_split_step_is_timed_on_the_two_largest_budgets_if_each_holds_its_half():
+def test_the_split_step_is_timed_on_the_three_largest_budgets_if_each_holds_its_part():
     need = 2 * alone_memory_bytes(STATS)  # a small model: the runtime, not the weights, decides
-    assert split_step_devices({"a": need, "b": need // 8, "c": need}, SPEC, 32) == ("a", "c")
+    assert split_step_devices({"a": need, "b": need // 8, "c": need, "d": need}, SPEC, 32) == ("a", "c", "d")
+    assert split_step_devices({"a": need, "b": need // 8, "c": need}, SPEC, 32) == ("a", "c")  # b cannot: two
     assert split_step_devices({"a": need, "b": need // 8, "c": need // 8}, SPEC, 32) == ()
     assert split_step_devices({"a": need}, SPEC, 32) == ()
     assert steps_to_time({"a": need, "c": need}, SPEC, 32) == {"whole_step_device": "a",

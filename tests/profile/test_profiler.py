@@ -19,6 +19,14 @@ def test_fit_link_recovers_latency_and_bandwidth():
     assert latency_ms == pytest.approx(2.0) and mbit == pytest.approx(20.0)
 
 
+def test_large_transfers_are_timed_only_where_the_small_ones_are_quick():
+    from edgemesh_tf.profile.profiler import LARGE_TRANSFER_IF_MS, large_transfers
+    sizes = [16 << 10, 512 << 10, 512 << 10, 512 << 10]
+    assert large_transfers(sizes, [1.0, 5.0, 6.0, 300.0])  # 1 Gbit/s: 512 KB in ~5 ms (one outlier)
+    assert not large_transfers(sizes, [2.0, 420.0, 430.0, 5.0])  # 10 Mbit/s: 8 MB would take 7 s a run
+    assert not large_transfers([512 << 10], [LARGE_TRANSFER_IF_MS])
+
+
 def test_robust_median_drops_outliers():
     med, iqr = robust_median([10.0, 10.5, 9.5, 10.2, 9.8, 80.0])
     assert med == pytest.approx(10.0) and iqr < 2  # 80 dropped: median of the other five
