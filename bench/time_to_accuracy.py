@@ -25,8 +25,8 @@ ASHL and ADSP get --seeds seeds on --cluster, the other --strategies --other_see
 data order): seed k of every strategy starts from the same weights.
 
 Time: `--help` ends with the estimate of the defaults by the time model in tta_plan.py (and
---estimate prints it for any arguments): 37 runs, ~56 min; `make bench` runs it with --variants ''
-(23 runs, ~36 min; measured 37.5) and `make bench-variants` the variants. The group processes are kept warm across
+--estimate prints it for any arguments): 37 runs, ~52 min; `make bench` runs it with --variants ''
+(23 runs; measured 35.9 min at 500 images an evaluation) and `make bench-variants` the variants. The group processes are kept warm across
 the runs of a cluster (engine/warm.py: TensorFlow and the dataset loaded once) and set up with the
 devices' CPU quotas and link rates lifted (run_job's fast_setup, restored before the clock starts and
 lifted again once the model at the stop is pulled), so a run's set-up is ~7 s instead of ~40.

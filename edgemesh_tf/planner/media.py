@@ -28,6 +28,8 @@ def _ms(nbytes: float, mbit: float) -> float:
 
 def media(group: Sequence[DeviceProfile]) -> list[tuple[float, tuple[bool, ...]]]:
     """(rate Mbit/s, which devices are on it) per shared medium of ``group``, in name order."""
+    if not any(d.medium for d in group):  # the common case, on the planner's hot path
+        return []
     names = sorted({d.medium for d in group if d.medium})
     return [(next(d.medium_mbit for d in group if d.medium == n), tuple(d.medium == n for d in group))
             for n in names]
