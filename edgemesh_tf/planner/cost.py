@@ -64,6 +64,13 @@ def transfer_ms(nbytes: float, bandwidth_mbit: float) -> float:
     return 8.0 * nbytes / (bandwidth_mbit * 1e3)
 
 
+def busier_direction_ms(whole_ms: float, share: int, units: int, k: int) -> float:
+    """A direct exchange (gather or reduce-scatter) over a device's full-duplex link: it moves the
+    other devices' parts one way ((units - share) / units of the tensor) and its own part to or from
+    each of its k - 1 peers the other way; ms of the busier direction, ``whole_ms`` the whole tensor's."""
+    return whole_ms * max(units - share, (k - 1) * share) / units
+
+
 def _number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -140,7 +147,7 @@ class LayerCoeffs:
         if shares is None or len(shares) == 1:
             return (0.0,) * len(self.full_ms)
         k, medium = len(shares), media.exchange_ms(self.medium_out, shares, self.units)
-        return tuple(self.hop_ms + o + max(r * max(self.units - s, (k - 1) * s), medium)
+        return tuple(self.hop_ms + o + max(busier_direction_ms(r * self.units, s, self.units, k), medium)
                      for r, s, o in zip(self.recv_ms_per_unit, shares, self.split_ms))
 
     def reduce_scatter_ms(self, previous: Shares, previous_units: int) -> float:
@@ -149,8 +156,7 @@ class LayerCoeffs:
         if previous is None or not any(self.in_ms):
             return self.reduce_ms
         k = len(previous)
-        return self.hop_ms + max(max(m * max((k - 1) * s, previous_units - s) / previous_units
-                                     for m, s in zip(self.in_ms, previous)),
+        return self.hop_ms + max(max(busier_direction_ms(m, s, previous_units, k) for m, s in zip(self.in_ms, previous)),
                                  media.exchange_ms(self.medium_in, previous, previous_units))
 
     def comm_ms(self, shares: Shares) -> float:

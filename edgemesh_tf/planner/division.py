@@ -90,7 +90,8 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
     # a shared medium carries every part: a floor on the gather level (exact when every device of the
     # group is on it, its airtime then independent of the shares; else taken at even shares)
     medium = media.exchange_ms(co.medium_out, None, co.units)
-    floor = max([floor] + [x + medium for x in o] if medium else [floor])
+    if medium:
+        floor = max(floor, max(o) + medium)
     # per device: lo (floor from receiving), cap[0] (compute level), cap[1] (sending); effective cap min
     lo, cap = [1] * k, [[0] * k, list(caps)]
     eff = lambda i: min(cap[0][i], cap[1][i])
