@@ -156,8 +156,8 @@ class LayerCoeffs:
         if previous is None or not any(self.in_ms):
             return self.reduce_ms
         k = len(previous)
-        return self.hop_ms + max(max(busier_direction_ms(m, s, previous_units, k) for m, s in zip(self.in_ms, previous)),
-                                 media.exchange_ms(self.medium_in, previous, previous_units))
+        links = max(busier_direction_ms(m, s, previous_units, k) for m, s in zip(self.in_ms, previous))
+        return self.hop_ms + max(links, media.exchange_ms(self.medium_in, previous, previous_units))
 
     def comm_ms(self, shares: Shares) -> float:
         """Group communication of the layer: slowest allconcat + allreduce (0 when replicated)."""
@@ -181,7 +181,8 @@ def layer_coeffs(group: Sequence[DeviceProfile], dim: DimStats, batch: int, prof
     medium_in = media.exchange_weights(group, batch * dim.in_bytes)
     reduce_ms = max((k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min),
                     media.exchange_ms(medium_in, None, 1)) + direct_latency_ms(lat)
-    allreduce_ms = (max(2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min), media.ring_ms(group, batch * dim.in_bytes))
+    allreduce_ms = (max(2 * (k - 1) / k * transfer_ms(batch * dim.in_bytes, bw_min),
+                        media.ring_ms(group, batch * dim.in_bytes))
                     + allreduce_latency_ms(lat, in_elements))
     in_ms = tuple(transfer_ms(batch * dim.in_bytes, d.bandwidth_mbit) for d in group)
     if dim.in_bytes == 0:  # the first layer: its input (the image) has no gradient, no allreduce at all
