@@ -34,10 +34,19 @@ MAX_EVALUATIONS = 4000
 EXACT_MAX = 2000  # divisions: at most this many, try them all
 
 
-def memory_bytes(stats: ModelStats, coeffs: Sequence[LayerCoeffs], shares: Sequence[Shares], k: int) -> list[int]:
-    """Predicted bytes per device of a division (``cost``'s memory formula)."""
-    held = [s or (co.units,) * k for s, co in zip(shares, coeffs)]
-    return [f + sum(co.mem_per_unit * h[i] for co, h in zip(coeffs, held)) for i, f in enumerate(fixed_memory_bytes(stats, k))]
+def memory_bytes(stats: ModelStats, coeffs: Sequence[LayerCoeffs], shares: Sequence[Shares], k: int,
+                 fixed: Sequence[int] | None = None) -> list[int]:
+    """Predicted bytes per device of a division (``cost``'s memory formula); ``fixed``: the
+    group's ``fixed_memory_bytes`` if already known."""
+    mem = list(fixed_memory_bytes(stats, k) if fixed is None else fixed)
+    for s, co in zip(shares, coeffs):
+        if s is None:
+            for i in range(k):
+                mem[i] += co.mem_per_unit * co.units
+        else:
+            for i in range(k):
+                mem[i] += co.mem_per_unit * s[i]
+    return mem
 
 
 class _Search:
@@ -48,6 +57,8 @@ class _Search:
 
         self.group, self.stats, self.coeffs, self.quanta, self.split = group, stats, coeffs, quanta, split
         self.k = len(group)
+        self.fixed = fixed_memory_bytes(stats, self.k)
+        self.budget = [d.memory_bytes for d in group]
         names = [d.name for d in stats.dims]
         self._cost = lambda sh: simulate_step_ms(group, stats, dict(zip(names, sh)), profile_batch, coeffs)
         self.cache: dict[tuple, float] = {}
@@ -58,26 +69,43 @@ class _Search:
             self.cache[key] = self._cost(sh)
         return self.cache[key]
 
+    def memory(self, sh) -> list[int]:
+        return memory_bytes(self.stats, self.coeffs, sh, self.k, self.fixed)
+
     def fits(self, sh) -> bool:
-        return all(m <= d.memory_bytes for m, d in zip(memory_bytes(self.stats, self.coeffs, sh, self.k), self.group))
+        return all(m <= b for m, b in zip(self.memory(sh), self.budget))
 
     def repair(self, sh, fixed: Sequence[int]):
         """Moves quanta of split layers not in ``fixed`` off over-budget devices (see the module
-        docstring) until all fit; None if they cannot."""
-        sh, k, group = list(sh), self.k, self.group
+        docstring) until all fit; None if they cannot. Several quanta move at once while the same
+        device stays the most over, the same device keeps the most room and the layer keeps two
+        quanta on it (the result of moving them one at a time)."""
+        sh, k, budget = list(sh), self.k, self.budget
+        mem = self.memory(sh)
+        if sum(mem) > sum(budget):
+            return None  # moves keep the group's total bytes
         for _ in range(sum(co.units for co in self.coeffs)):
-            mem = memory_bytes(self.stats, self.coeffs, sh, k)
-            over = [(mem[i] - group[i].memory_bytes, i) for i in range(k) if mem[i] > group[i].memory_bytes]
+            over = sorted(((mem[i] - budget[i], i) for i in range(k) if mem[i] > budget[i]), reverse=True)
             if not over:
                 return sh
-            _, i = max(over)
-            room = max(range(k), key=lambda j: group[j].memory_bytes - mem[j])
+            excess, i = over[0]
+            slack = sorted(((budget[j] - mem[j], j) for j in range(k)), key=lambda t: t[0], reverse=True)
+            room = slack[0][1]
             layers = [l for l in range(len(sh)) if l not in fixed and sh[l] is not None and self.quanta[l]
                       and sh[l][i] >= 2 * self.quanta[l] and room != i]
             if not layers:
                 return None
             l = max(layers, key=lambda l: self.coeffs[l].mem_per_unit)
-            sh[l] = _moved(sh[l], i, room, self.quanta[l])
+            q = self.quanta[l]
+            step = self.coeffs[l].mem_per_unit * q
+            n = 1
+            if step > 0:
+                n = min(sh[l][i] // q - 1, math.ceil(excess / step), int((slack[0][0] - slack[1][0]) // step) + 1)
+                if len(over) > 1:
+                    n = min(n, int((excess - over[1][0]) // step) + 1)
+            sh[l] = _moved(sh[l], i, room, n * q)
+            mem[i] -= n * step
+            mem[room] += n * step
         return None
 
     def single_moves(self, sh):
