@@ -70,6 +70,9 @@ def quantum(units: int, k: int, chunks: int | None = None) -> int | None:
     return max(q for q in range(1, target + 1) if units % q == 0)
 
 
+_FLOOR, _SEND_CAP, _COMPUTE_CAP = "floor", "send_cap", "compute_cap"  # solve_layer's bounds on a share
+
+
 def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...] | None:
     """The shares (units) of one dim minimising ``co.layer_ms`` with n_i <= caps[i] quanta; None if
     the caps cannot hold all the quanta. Exact (see the module docstring)."""
@@ -83,8 +86,9 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
     # Gather levels, highest first. Going below o_i + b_i * (N - n) forces n_i >= n + 1 (receiving);
     # going below o_i + (k - 1) * b_i * n forces n_i <= n - 1 (sending). A device that moves bytes for
     # free (b_i = 0) stays at o_i whatever its share: the gather level never goes below the largest such.
-    c_ev = [(o[i] + b[i] * (n_q - n), i, 0, n + 1) for i in range(k) if b[i] > 0 for n in range(1, n_q)]
-    c_ev += [(o[i] + (k - 1) * b[i] * n, i, 1, n - 1) for i in range(k) if b[i] > 0 for n in range(1, caps[i] + 1)]
+    c_ev = [(o[i] + b[i] * (n_q - n), i, _FLOOR, n + 1) for i in range(k) if b[i] > 0 for n in range(1, n_q)]
+    c_ev += [(o[i] + (k - 1) * b[i] * n, i, _SEND_CAP, n - 1)
+             for i in range(k) if b[i] > 0 for n in range(1, caps[i] + 1)]
     c_ev.sort(key=lambda e: -e[0])
     floor = max((o[i] for i in range(k) if b[i] <= 0), default=0.0)
     # a shared medium carries every part: a floor on the gather level (exact when every device of the
@@ -92,21 +96,18 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
     medium = media.exchange_ms(co.medium_out, None, co.units)
     if medium:
         floor = max(floor, max(o) + medium)
-    # per device: lo (floor from receiving), cap[0] (compute level), cap[1] (sending); effective cap min
-    lo, cap = [1] * k, [[0] * k, list(caps)]
-    eff = lambda i: min(cap[0][i], cap[1][i])
+    # per device: lo (floor from receiving) and two caps (compute level, sending); the effective cap is their min
+    lo, cap = [1] * k, {_COMPUTE_CAP: [0] * k, _SEND_CAP: list(caps)}
+    eff = lambda i: min(cap[_COMPUTE_CAP][i], cap[_SEND_CAP][i])
     state = [0, k, k]  # sum of effective caps, sum of floors, devices with lo > effective cap
 
     def change(i, kind, value):
-        """Sets lo_i (kind 0), the compute cap (2) or the sending cap (1) of device i; returns the old."""
+        """Sets device i's bound of ``kind`` (_FLOOR, _COMPUTE_CAP, _SEND_CAP) to value; returns the old."""
         state[0] -= eff(i)
         state[1] -= lo[i]
         state[2] -= lo[i] > eff(i)
-        if kind == 0:
-            old, lo[i] = lo[i], value
-        else:
-            row = cap[0] if kind == 2 else cap[1]
-            old, row[i] = row[i], value
+        row = lo if kind == _FLOOR else cap[kind]
+        old, row[i] = row[i], value
         state[0] += eff(i)
         state[1] += lo[i]
         state[2] += lo[i] > eff(i)
@@ -119,7 +120,7 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
             break  # the gather term is >= 0: no larger compute level can win
         while t < len(t_ev) and t_ev[t][0] == level:
             _, i, n = t_ev[t]
-            change(i, 2, n)
+            change(i, _COMPUTE_CAP, n)
             t += 1
         if state[2] or state[0] < n_q:
             continue
