@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import statistics
 import time
 from typing import Sequence
@@ -32,6 +33,10 @@ LARGE_TRANSFER_IF_MS = 40.0
 # round trip's jitter is then a few % of the run. Shorter layers chain ``reps`` passes per run.
 ONE_PASS_OVER_ROUND_TRIP = 20.0
 WARMUP_STEPS = 2  # whole training steps not counted before the timed ones (the first runs the graph's set-up)
+# Whole and split steps are timed until the median is known to +-STEP_MEDIAN_REL (its distribution-free
+# 90% interval), at least STEP_MIN_REPEATS and at most STEP_MAX_REPEATS steps.
+STEP_MEDIAN_REL = 0.04
+STEP_MIN_REPEATS, STEP_MAX_REPEATS = 5, 15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +62,30 @@ def passes_per_run(one_pass_run_ms: float, round_trip_ms: float, reps: int) -> i
     included) is at least ONE_PASS_OVER_ROUND_TRIP round trips long, else ``reps``. On Pi-class
     devices (VGG-16 layers of 100s of ms behind sub-ms links) this makes profiling ~3x shorter."""
     return 1 if one_pass_run_ms - round_trip_ms >= ONE_PASS_OVER_ROUND_TRIP * round_trip_ms else reps
+
+
+def median_interval(samples: Sequence[float], coverage: float = 0.9) -> tuple[float, float]:
+    """Distribution-free interval of the median (pure): the order statistics (x_(j), x_(n+1-j)) with the
+    largest j whose binomial coverage is at least ``coverage``; (min, max) when none reaches it."""
+    xs, n = sorted(samples), len(samples)
+    pmf = [math.comb(n, i) / 2 ** n for i in range(n + 1)]
+    j = 1
+    while j + 1 <= n + 1 - (j + 1) and sum(pmf[j + 1:n - j]) >= coverage:
+        j += 1
+    return xs[j - 1], xs[n - j]
+
+
+def median_settled(samples: Sequence[float], rel: float = STEP_MEDIAN_REL, least: int = STEP_MIN_REPEATS,
+                   most: int = STEP_MAX_REPEATS) -> bool:
+    """Whether timing may stop (pure): ``most`` samples, or at least ``least`` whose median's interval
+    lies within +-``rel`` of the median."""
+    if len(samples) >= most:
+        return True
+    if len(samples) < least:
+        return False
+    lo, hi = median_interval(samples)
+    med = statistics.median(samples)
+    return hi - lo <= 2 * rel * med
 
 
 def _timed(sess, op, repeats: int, warmup: bool = True) -> list[float]:
@@ -164,9 +193,9 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
 
 def layout_step_ms(spec: ModelSpec, batch: int, layout, session_target: str, master_device: str,
                    repeats: int) -> float:
-    """Median ms of ``repeats`` training steps of ``spec`` under ``layout`` (after WARMUP_STEPS not
-    counted), built as training builds it (the lowering, the optimizer, the input fed from the client).
-    Single steps of VGG-16 on a 0.35-core device measured 2.5-5.0 s after the first (throttling
+    """Median ms of at least ``repeats`` training steps of ``spec`` under ``layout`` (after WARMUP_STEPS not
+    counted; more until ``median_settled``), built as training builds it (the lowering, the optimizer,
+    the input fed from the client). Single steps of VGG-16 on a 0.35-core device measured 2.5-5.0 s after the first (throttling
     stalls): the median of 3 put one profile's whole step 32% above the later measured one."""
     from edgemesh_tf.profile.step_timer import LayoutRunner  # it imports this module
     container = "profile_layout_step"
@@ -174,7 +203,12 @@ def layout_step_ms(spec: ModelSpec, batch: int, layout, session_target: str, mas
     try:
         for _ in range(WARMUP_STEPS):
             runner.step_ms()
-        return statistics.median(runner.step_ms() for _ in range(repeats))
+        samples: list[float] = []
+        while not median_settled(samples, least=repeats):
+            samples.append(runner.step_ms())
+        logging.info("step of %s timed %d times: median %.1f ms, interval %s", layout.devices, len(samples),
+                     statistics.median(samples), median_interval(samples))
+        return statistics.median(samples)
     finally:
         runner.close()
         tf.Session.reset(session_target, containers=[container])

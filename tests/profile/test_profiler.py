@@ -123,3 +123,22 @@ def test_bad_profile_file_is_named(tmp_path):
     bad.write_text('{"model": "vgg"}')
     with pytest.raises(ValueError, match=r"bad.json: field 'image_shape' must be a list of 3 positive integers"):
         load_profile(str(bad))
+
+
+def test_median_interval_is_the_order_statistics_of_its_coverage():
+    from edgemesh_tf.profile.profiler import median_interval
+    assert median_interval([5.0, 1.0, 4.0, 2.0, 3.0]) == (1.0, 5.0)  # n = 5: min and max cover 94%
+    xs = [float(i) for i in range(1, 16)]  # n = 15: x_(4), x_(12) cover 96.5%; x_(5), x_(11) 88%
+    assert median_interval(xs) == (4.0, 12.0)
+    assert median_interval(xs, coverage=0.85) == (5.0, 11.0)
+
+
+def test_steps_are_timed_until_the_median_is_settled():
+    from edgemesh_tf.profile.profiler import median_settled
+    assert not median_settled([100.0] * 4)  # fewer than the least
+    assert median_settled([100.0, 101.0, 99.0, 102.0, 98.0])  # within +-4%
+    noisy = [100.0, 140.0, 95.0, 180.0, 102.0]  # a throttling stall or two
+    assert not median_settled(noisy)
+    assert not median_settled(noisy + [101.0, 99.0])
+    assert median_settled(noisy + [101.0, 99.0, 100.0, 103.0, 98.0, 100.0])  # the stalls are now outside the interval
+    assert median_settled(noisy * 3)  # at most 15 steps
