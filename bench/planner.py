@@ -13,6 +13,10 @@
    step time, compared with the cost model's prediction as the planner makes it (calibrated by the
    steps timed while profiling, planner/calibrate.py) and uncalibrated (`prediction_max_error`,
    `uncalibrated_max_error`: the largest |predicted / measured - 1|; issue 15's bound is 15%).
+   Steps 1-2 are repeated --repeats times (rounds) on the same testbed and each layout's ratios are
+   the medians over the rounds (`*_by_round`: each round's; `repeat_max_errors`: each round's
+   largest error): this machine's speed drifts by ~12% over minutes (the same layout's median step,
+   two minutes apart), so one profile against one measurement is decided by that drift.
 3. Memory (fresh clusters, so each server's peak is its own): peak RSS above the idle server of a
    4-way even filter split per device, against training the same model and batch on one device,
    for a weight-bound model (vgg_wide: VGG's wide classifier, like VGG-16 whose dense layers hold
@@ -32,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
 from edgemesh_tf.data import IMAGE_SHAPES
+from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan, predict
@@ -64,13 +69,99 @@ def planning_scale(sizes=(16, 64, 256), seed=0):
     return out
 
 
+def profile_and_measure(em, cluster, spec, args) -> dict:
+    """One round on a running testbed: profile every worker, plan one group, and measure the planned
+    layout, the even splits and each worker alone side by side against their predicted steps."""
+    workers = [d.name for d in cluster.workers]
+    master = cluster.master.device_string
+    out = {}
+    t0 = time.time()
+    profile = profile_workers(cluster, spec, args.batch, em.session_target,
+                              {n: d.pid for n, d in em.devices.items()},
+                              **steps_to_time(budgets(cluster), spec, args.batch))
+    cal = calibrated(profile, spec)  # the plan's model (planner/calibrate.py); as measured reported beside it
+    out["profile_s"] = round(time.time() - t0, 1)
+    out["profile"] = json.loads(profile.to_json())  # as measured: lets the cost model be re-checked offline
+    stats = model_stats(spec, args.batch)
+    planned = plan(profile, spec, groups=1, batch=args.batch).groups[0]
+    even, even_assign = even_split_layout(spec.split_dims(), [em.device(n) for n in workers])
+    layouts = {"planned": planned.layout, "even": even}
+    assigns = {"planned": (planned.names, dict(planned.layout.sizes)), "even": (workers, even_assign)}
+    if len(workers) > 3:  # a group size the calibration's two-device split does not see
+        three = sorted(workers, key=slowness(profile).get)[:3]
+        layouts["even:3"], assign3 = even_split_layout(spec.split_dims(), [em.device(n) for n in three])
+        assigns["even:3"] = (three, assign3)
+    for n in workers:  # all-replicated: every worker trains the whole model alone
+        layouts["alone:" + n] = single_device_layout(em.device(n))
+        assigns["alone:" + n] = ((n,), {})
+
+    def step_ms(prof, k):
+        names, assign = assigns[k]
+        return predict([prof.device(n) for n in names], stats, assign, profile_batch=profile.batch).step_ms
+    pred = {k: planned.prediction.step_ms if k == "planned" else step_ms(cal, k) for k in layouts}
+    raw = {k: step_ms(profile, k) for k in layouts}
+    runners = {k: LayoutRunner(spec, lay, args.batch, em.session_target, master, container=k.replace(":", "_"))
+               for k, lay in layouts.items()}
+    try:
+        times = measure_side_by_side(runners, args.steps)
+    finally:
+        for r in runners.values():
+            r.close()
+        # the next round builds its layouts in the same containers (the plan's shapes may differ)
+        tf.Session.reset(em.session_target, containers=[k.replace(":", "_") for k in runners])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    sizes = dict(planned.layout.sizes)
+    out["planned_layout"] = {"devices": list(planned.names),
+                             "sizes": {d.name: list(sizes.get(d.name, ())) or "replicated" for d in stats.dims}}
+    out["layouts"] = {}
+    for k in layouts:
+        out["layouts"][k] = {
+            "devices": list(assigns[k][0]), "sizes": {d: list(v) for d, v in assigns[k][1].items()},
+            "predicted_step_ms": round(pred[k], 2),
+            "measured_median_step_ms": round(med[k], 2), "predicted_over_measured": round(pred[k] / med[k], 3),
+            "uncalibrated_step_ms": round(raw[k], 2), "uncalibrated_over_measured": round(raw[k] / med[k], 3),
+            "examples_per_sec": round(args.batch * 1e3 / med[k], 1), "steps": len(times[k])}
+    out["planned_over_even_throughput"] = round(med["even"] / med["planned"], 3)
+    out["compute_scale"] = cal.compute_scale
+    out["calibration"] = {"compute_scale": cal.compute_scale, "split_step_ms": profile.split_step_ms,
+                          "split_step_devices": list(profile.split_step_devices),
+                          "split_overhead_ms_per_peer": {d.name: d.split_overhead_ms for d in cal.devices},
+                          "whole_step_ms": {d.name: d.whole_step_ms for d in profile.devices if d.whole_step_ms}}
+    return out
+
+
+RATIOS = ("predicted_over_measured", "uncalibrated_over_measured")
+
+
+def over_repeats(rounds: list[dict]) -> dict:
+    """Each layout's record over the rounds (pure): medians of its predicted and measured steps and of
+    each ratio, every round's ratio (`*_by_round`) and the steps measured in all."""
+    out = {}
+    for k, first in rounds[0].items():
+        recs = [r[k] for r in rounds if k in r]
+        out[k] = {**first, "steps": sum(r["steps"] for r in recs), "rounds": len(recs)}
+        for field in ("predicted_step_ms", "measured_median_step_ms", "uncalibrated_step_ms") + RATIOS:
+            out[k][field] = round(statistics.median(r[field] for r in recs), 3)
+        for field in RATIOS:
+            out[k][field + "_by_round"] = [r[field] for r in recs]
+        out[k]["examples_per_sec"] = round(first["examples_per_sec"] * first["measured_median_step_ms"]
+                                           / out[k]["measured_median_step_ms"], 1)
+    return out
+
+
+def max_error(layouts: dict, field: str) -> float:
+    """The largest |ratio - 1| over the layouts (pure)."""
+    return round(float(max(abs(v[field] - 1) for v in layouts.values())), 3)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster", default="layouts/edge4.yaml")
     ap.add_argument("--model", default="vgg")
     ap.add_argument("--dataset", default="digits", choices=sorted(IMAGE_SHAPES))
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=15, help="timed steps per layout")
+    ap.add_argument("--steps", type=int, default=15, help="timed steps per layout and round")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds of profiling, planning and measuring")
     ap.add_argument("--memory_models", default="vgg_wide,vgg", help="models of the memory comparison ('' for none)")
     ap.add_argument("--memory_dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
     ap.add_argument("--memory_batch", type=int, default=16)
@@ -89,60 +180,18 @@ def main():
            "planning_s": scale, "planning_256_under_5s": scale["256"]["seconds"] < 5.0}
 
     with emulated_cluster(cluster) as em:
-        t0 = time.time()
-        profile = profile_workers(cluster, spec, args.batch, em.session_target,
-                                  {n: d.pid for n, d in em.devices.items()},
-                                  **steps_to_time(budgets(cluster), spec, args.batch))
-        cal = calibrated(profile, spec)  # the plan's model (planner/calibrate.py); as measured reported beside it
-        out["profile_s"] = round(time.time() - t0, 1)
-        out["profile"] = json.loads(profile.to_json())  # as measured: lets the cost model be re-checked offline
-        stats = model_stats(spec, args.batch)
-        planned = plan(profile, spec, groups=1, batch=args.batch).groups[0]
-        even, even_assign = even_split_layout(spec.split_dims(), [em.device(n) for n in workers])
-        layouts = {"planned": planned.layout, "even": even}
-        assigns = {"planned": (planned.names, dict(planned.layout.sizes)), "even": (workers, even_assign)}
-        if len(workers) > 3:  # a group size the calibration's two-device split does not see
-            three = sorted(workers, key=slowness(profile).get)[:3]
-            layouts["even:3"], assign3 = even_split_layout(spec.split_dims(), [em.device(n) for n in three])
-            assigns["even:3"] = (three, assign3)
-        for n in workers:  # all-replicated: every worker trains the whole model alone
-            layouts["alone:" + n] = single_device_layout(em.device(n))
-            assigns["alone:" + n] = ((n,), {})
-
-        def step_ms(prof, k):
-            names, assign = assigns[k]
-            return predict([prof.device(n) for n in names], stats, assign, profile_batch=profile.batch).step_ms
-        pred = {k: planned.prediction.step_ms if k == "planned" else step_ms(cal, k) for k in layouts}
-        raw = {k: step_ms(profile, k) for k in layouts}
-        runners = {k: LayoutRunner(spec, lay, args.batch, em.session_target, master, container=k.replace(":", "_"))
-                   for k, lay in layouts.items()}
-        try:
-            times = measure_side_by_side(runners, args.steps)
-        finally:
-            for r in runners.values():
-                r.close()
-        med = {k: statistics.median(v) for k, v in times.items()}
-        sizes = dict(planned.layout.sizes)
-        out["planned_layout"] = {"devices": list(planned.names),
-                                 "sizes": {d.name: list(sizes.get(d.name, ())) or "replicated" for d in stats.dims}}
-        out["layouts"] = {}
-        for k in layouts:
-            out["layouts"][k] = {
-                "devices": list(assigns[k][0]), "sizes": {d: list(v) for d, v in assigns[k][1].items()},
-                "predicted_step_ms": round(pred[k], 2),
-                "measured_median_step_ms": round(med[k], 2), "predicted_over_measured": round(pred[k] / med[k], 3),
-                "uncalibrated_step_ms": round(raw[k], 2), "uncalibrated_over_measured": round(raw[k] / med[k], 3),
-                "examples_per_sec": round(args.batch * 1e3 / med[k], 1), "steps": len(times[k])}
-        out["planned_over_even_throughput"] = round(med["even"] / med["planned"], 3)
-        for key, field in (("prediction_max_error", "predicted_over_measured"),
-                           ("uncalibrated_max_error", "uncalibrated_over_measured")):
-            out[key] = round(float(max(abs(v[field] - 1) for v in out["layouts"].values())), 3)
-        out["predictions_within_15pct"] = bool(out["prediction_max_error"] <= 0.15)
-        out["compute_scale"] = cal.compute_scale
-        out["calibration"] = {"compute_scale": cal.compute_scale, "split_step_ms": profile.split_step_ms,
-                              "split_step_devices": list(profile.split_step_devices),
-                              "split_overhead_ms_per_peer": {d.name: d.split_overhead_ms for d in cal.devices},
-                              "whole_step_ms": {d.name: d.whole_step_ms for d in profile.devices if d.whole_step_ms}}
+        reps = [profile_and_measure(em, cluster, spec, args) for _ in range(args.repeats)]
+    out.update(reps[0])  # the first round's profile, plan and calibration; the layouts over all rounds below
+    out["profile_s"] = [r["profile_s"] for r in reps]
+    out["planned_layouts"] = [r["planned_layout"] for r in reps]
+    out["repeats"] = args.repeats
+    out["layouts"] = over_repeats([r["layouts"] for r in reps])
+    out["planned_over_even_throughput"] = round(statistics.median(r["planned_over_even_throughput"] for r in reps), 3)
+    for key, field in (("prediction_max_error", "predicted_over_measured"),
+                       ("uncalibrated_max_error", "uncalibrated_over_measured")):
+        out[key] = max_error(out["layouts"], field)
+    out["repeat_max_errors"] = [max_error(r["layouts"], "predicted_over_measured") for r in reps]
+    out["predictions_within_15pct"] = bool(out["prediction_max_error"] <= 0.15)
 
     out["memory"] = {}
     for model in [m for m in args.memory_models.split(",") if m]:

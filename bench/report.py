@@ -83,6 +83,10 @@ def planner_section(rec, out_dir) -> tuple[str, list[str]]:
         text.append(f"Largest prediction error: {fmt(100 * res['prediction_max_error'], 1)}% (issue 15: within 15%): "
                     + ("pass" if ok else "**not met**") + (f"; uncalibrated {fmt(100 * res['uncalibrated_max_error'], 1)}%"
                                                             if not old else "") + ".\n")
+    if res.get("repeat_max_errors"):
+        text.append(f"Each figure is the median over {res['repeats']} rounds of profiling, planning and measuring on "
+                    "one testbed (this machine's speed drifts by ~12% over minutes); each round's largest error: "
+                    + ", ".join(f"{fmt(100 * e, 1)}%" for e in res["repeat_max_errors"]) + ".\n")
     mem = res.get("memory", {})
     if mem:
         text.append(table(["Model (memory)", "One device peak", "Filter split, max peak per device", "Ratio"],

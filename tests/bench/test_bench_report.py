@@ -215,6 +215,30 @@ def test_planner_section_shows_every_layout_and_the_prediction_check(tmp_path):
     assert "Uncalibrated ÷ measured" in text
     assert "The one-group plan: edge0, edge1, conv1 [20, 12]." in text
     assert plots == ["planner.png"]
+    assert "rounds" not in text  # a record of one round
+    res.update(repeats=3, repeat_max_errors=[0.25, 0.1, 0.3])
+    text, _ = report.planner_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "median over 3 rounds" in text and "each round's largest error: 25.0%, 10.0%, 30.0%." in text
+
+
+def test_planner_layouts_are_medians_over_rounds():
+    planner = load("planner")
+
+    def lay(pred, meas, steps=15):
+        return {"predicted_step_ms": pred, "measured_median_step_ms": meas, "predicted_over_measured": pred / meas,
+                "uncalibrated_step_ms": pred, "uncalibrated_over_measured": pred / meas, "steps": steps,
+                "examples_per_sec": 16e3 / meas, "devices": ["edge0"], "sizes": {}}
+
+    rounds = [{"even": lay(100.0, 80.0), "alone:edge0": lay(60.0, 60.0)},
+              {"even": lay(100.0, 100.0), "alone:edge0": lay(60.0, 50.0)},
+              {"even": lay(90.0, 100.0), "alone:edge0": lay(60.0, 55.0)}]
+    out = planner.over_repeats(rounds)
+    assert out["even"]["predicted_over_measured"] == 1.0  # the median of 1.25, 1.0, 0.9
+    assert out["even"]["predicted_over_measured_by_round"] == [1.25, 1.0, 0.9]
+    assert out["even"]["measured_median_step_ms"] == 100.0 and out["even"]["examples_per_sec"] == 160.0
+    assert out["even"]["steps"] == 45 and out["even"]["rounds"] == 3
+    assert planner.max_error(out, "predicted_over_measured") == 0.091  # alone: median of 1.0, 1.2, 1.091
+    assert planner.max_error(rounds[0], "predicted_over_measured") == 0.25  # one round alone would fail 15%
 
 
 def test_the_final_accuracy_column_says_on_how_many_test_images(rendered):
