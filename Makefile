@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?=
 QUICK ?=
 
-.PHONY: install browser run test test-fast bench bench-variants bench-final clean
+.PHONY: install browser run test test-fast bench bench-variants bench-final bench-wifi clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench-variants: install
 # ASHL's final accuracy against BSP converged (issue 16), ~45 min (2 seeds), into the same report.
 bench-final: install
 	$(BIN)/python bench/suite.py --only final_accuracy $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+
+# The cost model's shared medium against the testbed's Wi-Fi channel (layouts/pi4wifi.yaml), ~10 min, into the same report.
+bench-wifi: install
+	$(BIN)/python bench/suite.py --only planner_wifi $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -16,8 +16,8 @@ from report_final import final_section
 from report_tta import tta_section, tta_variants_section
 
 ORDER = ("uneven_split", "emulation", "emulation_pi4", "planner", "edgemesh_claims", "time_to_accuracy", "faults",
-         "tta_variants", "final_accuracy")
-NOT_IN_MAKE_BENCH = ("tta_variants", "final_accuracy")  # run by their own make targets; absent is "not run"
+         "tta_variants", "final_accuracy", "planner_wifi")
+NOT_IN_MAKE_BENCH = ("tta_variants", "final_accuracy", "planner_wifi")  # run by their own make targets; absent is "not run"
 
 
 def load(results_dir: str) -> tuple[dict, dict]:
@@ -54,9 +54,11 @@ def _identity_scatter(ax, points, xlabel, ylabel, title) -> None:
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title, xlim=(0, top), ylim=(0, top))
 
 
-def planner_section(rec, out_dir) -> tuple[str, list[str]]:
+def planner_section(rec, out_dir, name="planner") -> tuple[str, list[str]]:
     res = result(rec)
-    text = ["## Planner: predicted against measured step time\n", _status_line(rec)]
+    title = "Planner: predicted against measured step time" + (" on a shared Wi-Fi channel (`make bench-wifi`)"
+                                                               if name == "planner_wifi" else "")
+    text = [f"## {title}\n", _status_line(rec)]
     if not res:
         return "\n".join(text), []
     pts = res.get("layouts") or {k: res[k] for k in ("planned", "even") if k in res}  # (older records: two)
@@ -97,7 +99,7 @@ def planner_section(rec, out_dir) -> tuple[str, list[str]]:
     _identity_scatter(ax, [(v["measured_median_step_ms"], v["predicted_step_ms"], k) for k, v in pts.items()],
                       "measured step (ms)", "predicted step (ms)", "planner's cost model")
     ax.legend()
-    return _figure(fig, out_dir, text, "planner")
+    return _figure(fig, out_dir, text, name)
 
 
 def emulation_section(rec, out_dir, name="emulation") -> tuple[str, list[str]]:
@@ -159,7 +161,8 @@ def faults_section(rec, out_dir) -> tuple[str, list[str]]:
 SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, "planner": planner_section,
             "emulation": emulation_section, "uneven_split": uneven_section, "faults": faults_section,
             "tta_variants": tta_variants_section, "final_accuracy": final_section,
-            "emulation_pi4": lambda rec, out: emulation_section(rec, out, "emulation_pi4")}
+            "emulation_pi4": lambda rec, out: emulation_section(rec, out, "emulation_pi4"),
+            "planner_wifi": lambda rec, out: planner_section(rec, out, "planner_wifi")}
 
 
 def make_bench_seconds(records: dict) -> float:
@@ -192,8 +195,8 @@ def render(results_dir: str, out_dir: str) -> str:
     head.append(f"`make bench` as recorded here (the sum of its benchmarks' latest times): "
                 f"{fmt(make_bench_seconds(records), 0)} s = {fmt(make_bench_seconds(records) / 60, 1)} min.\n")
     body = []
-    for name in ("time_to_accuracy", "tta_variants", "final_accuracy", "edgemesh_claims", "planner", "emulation",
-                 "emulation_pi4", "uneven_split", "faults"):
+    for name in ("time_to_accuracy", "tta_variants", "final_accuracy", "edgemesh_claims", "planner", "planner_wifi",
+                 "emulation", "emulation_pi4", "uneven_split", "faults"):
         text, _ = SECTIONS[name](records[name], out_dir)
         body.append(text)
     failed = [r for r in records.values() if r.get("status") != "ok" and r.get("stderr_tail")]

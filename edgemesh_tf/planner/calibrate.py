@@ -3,14 +3,20 @@
 The profiler times each layer alone (its own run, its input generated on the device). Summed, these
 over-predict a device training alone, which runs the layers back to back in one executor: on the
 Pi-class cluster by ~1.2x for VGG-16 (`bench/edgemesh_claims.py`). So the profiler also times a few
-real steps of the whole model on one device (`DeviceProfile.whole_step_ms`), and every device's
-layer times are scaled by the factor that makes the cost model predict that step:
+real steps of the whole model on every device the memory model says holds it
+(`DeviceProfile.whole_step_ms`), and each such device's layer times are scaled by the factor that
+makes the cost model predict its step:
 
-    scale = (whole_step_ms - base_ms) / compute_ms     (the device alone, at the profile's batch)
+    scale_i = (whole_step_ms_i - base_ms_i) / compute_ms_i     (device i alone, at the profile's batch)
 
-base_ms is the cost model's per-step cost outside the layers (`cost.base_ms`). One factor for all
-devices: the overhead is the runtime's, not the device's (two groups measured on pi4 agreed within
-3%). Scaled alone, a split group was then under-predicted (0.75x its measured step on pi4): a slice
+base_ms is the cost model's per-step cost outside the layers (`cost.base_ms`). A device with no step
+timed (it cannot hold the model) takes the factor of the timed device nearest to it in `slowness`.
+The factor is per device: a throttled device runs a layer of a few ms within one or two CFS periods,
+so its layers alone time faster than its share of the quota allows over a step (lan4's 0.4-core edge1
+was predicted at 0.75-0.96x its measured step alone with one factor fitted on the 0.8-core edge0).
+`Profile.compute_scale` records the median factor.
+
+Scaled alone, a split group was then under-predicted (0.75x its measured step on pi4): a slice
 of a layer costs more than its share of the layer (its ops' fixed costs, the lowering's slicing and
 concatenation, one more message per layer). So the profiler also times an even split over the three
 largest budgets (two if three do not hold it; `Profile.split_step_ms`), and the ms it takes beyond
@@ -53,13 +59,11 @@ def alone_memory_bytes(stats: ModelStats) -> int:
     return cost.held_memory_bytes(stats, [[d.units for d in stats.dims]])[0]
 
 
-def whole_step_device(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> str | None:
-    """The device to time whole-model steps on: the largest memory budget (bytes; ties: the first),
-    if the memory model predicts the model fits it alone; else None (nothing is timed)."""
-    if not budgets:
-        return None
-    name = max(budgets, key=lambda n: budgets[n])
-    return name if alone_memory_bytes(model_stats(spec, batch)) <= budgets[name] else None
+def whole_step_devices(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> tuple[str, ...]:
+    """The devices to time whole-model steps on: every one whose memory budget (bytes) the memory model
+    predicts holds the model alone, largest budget first (ties: in order); () when none does."""
+    need = alone_memory_bytes(model_stats(spec, batch))
+    return tuple(n for n in sorted(budgets, key=lambda n: -budgets[n]) if budgets[n] >= need)
 
 
 def split_step_devices(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> tuple[str, ...]:
@@ -79,38 +83,50 @@ def split_step_devices(budgets: Mapping[str, int], spec: ModelSpec, batch: int) 
 
 def steps_to_time(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> dict:
     """The profiler's keyword arguments of what to time for calibration (``profile.run.profile_workers``)."""
-    return {"whole_step_device": whole_step_device(budgets, spec, batch),
+    return {"whole_step_devices": whole_step_devices(budgets, spec, batch),
             "split_step_devices": split_step_devices(budgets, spec, batch)}
 
 
-def compute_scale(profile: Profile, spec: ModelSpec) -> float | None:
-    """The factor (see the module docstring): the median over the devices with a whole step timed;
-    None when none was, or the factor is outside SCALE_RANGE."""
+def compute_scales(profile: Profile, spec: ModelSpec) -> dict[str, float]:
+    """Per device, the factor (see the module docstring): its own where its whole step was timed,
+    else the factor of the timed device nearest in ``slowness``; {} when none was timed. A factor
+    outside SCALE_RANGE is a failed measurement and is left out."""
     stats = model_stats(spec, profile.batch)
-    factors = []
+    own = {}
     for d in profile.devices:
         if d.whole_step_ms > 0:
             pred = cost.predict([d], stats, {})
             compute = pred.compute_ms[0]
-            if compute > 0:
-                factors.append((d.whole_step_ms - (pred.step_ms - compute)) / compute)
-    if not factors:
-        return None
-    f = statistics.median(factors)
-    return f if SCALE_RANGE[0] <= f <= SCALE_RANGE[1] else None
+            f = (d.whole_step_ms - (pred.step_ms - compute)) / compute if compute > 0 else 0.0
+            if SCALE_RANGE[0] <= f <= SCALE_RANGE[1]:
+                own[d.name] = f
+    if not own:
+        return {}
+    slow = slowness(profile)
+    return {d.name: own.get(d.name) or own[min(own, key=lambda n: abs(slow[n] - slow[d.name]))]
+            for d in profile.devices}
+
+
+def compute_scale(profile: Profile, spec: ModelSpec) -> float | None:
+    """The median of the timed devices' factors (``compute_scales``); None when none was timed."""
+    scales = compute_scales(profile, spec)
+    timed = [f for n, f in scales.items() if profile.device(n).whole_step_ms > 0]
+    return statistics.median(timed) if timed else None
 
 
 def calibrated(profile: Profile, spec: ModelSpec) -> Profile:
-    """The profile with every layer time multiplied by `compute_scale` (and the factor recorded in
-    `Profile.compute_scale`); unchanged when already calibrated or when there is no factor."""
+    """The profile with each device's layer times multiplied by its ``compute_scales`` factor (the
+    median recorded in `Profile.compute_scale`) and the split overhead fitted; unchanged when already
+    calibrated or when there is no factor."""
     if profile.compute_scale != 1.0:
         return profile
-    f = compute_scale(profile, spec)
-    if f is None:
+    scales = compute_scales(profile, spec)
+    if not scales:
         return profile
-    devices = tuple(dataclasses.replace(d, layers=tuple(LayerTiming(t.name, t.compute_ms * f, t.spread_ms * f)
+    devices = tuple(dataclasses.replace(d, layers=tuple(LayerTiming(t.name, t.compute_ms * scales[d.name],
+                                                                    t.spread_ms * scales[d.name])
                                                         for t in d.layers)) for d in profile.devices)
-    scaled = dataclasses.replace(profile, devices=devices, compute_scale=round(f, 4))
+    scaled = dataclasses.replace(profile, devices=devices, compute_scale=round(compute_scale(profile, spec), 4))
     o = split_overhead_ms(scaled, spec)
     if any(o.values()):
         scaled = dataclasses.replace(scaled, devices=tuple(dataclasses.replace(d, split_overhead_ms=round(o[d.name], 3))

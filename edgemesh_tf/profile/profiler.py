@@ -34,9 +34,10 @@ LARGE_TRANSFER_IF_MS = 40.0
 ONE_PASS_OVER_ROUND_TRIP = 20.0
 WARMUP_STEPS = 2  # whole training steps not counted before the timed ones (the first runs the graph's set-up)
 # Whole and split steps are timed until the median is known to +-STEP_MEDIAN_REL (its distribution-free
-# 90% interval), at least STEP_MIN_REPEATS and at most STEP_MAX_REPEATS steps.
+# 90% interval), at least STEP_MIN_REPEATS and at most STEP_MAX_REPEATS steps (a VGG-16 step on a Pi-class
+# device takes 2.5-5 s).
 STEP_MEDIAN_REL = 0.04
-STEP_MIN_REPEATS, STEP_MAX_REPEATS = 5, 15
+STEP_MIN_REPEATS, STEP_MAX_REPEATS = 5, 11
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,12 +118,12 @@ def fit_link(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> tuple[flo
 
 
 def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfile], session_target: str,
-                    master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_device: str | None = None,
+                    master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_devices: Sequence[str] = (),
                     split_step_devices: Sequence[str] = (), whole_step_repeats: int = 5,
                     config: tf.ConfigProto | None = None) -> Profile:
     """Measures every device in ``devices``; ``master_device`` is where transfers are received.
-    whole_step_device: the name of a device to also time ``whole_step_repeats`` real training steps
-    of the whole model on, alone (its ``whole_step_ms``; it must hold the model).
+    whole_step_devices: names of devices to also time at least ``whole_step_repeats`` real training
+    steps of the whole model on, each alone (their ``whole_step_ms``; each must hold the model).
     split_step_devices: names of devices to time as many steps of the model split evenly over
     (``Profile.split_step_ms``; each must hold its part)."""
     shapes = layer_shapes(spec, batch)
@@ -178,10 +179,10 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     tf.Session.reset(session_target)  # frees the transfers' variables on the devices
     from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout
     by_name = {d.name: d.device for d in devices}
-    if whole_step_device is not None:
-        i = [d.name for d in devices].index(whole_step_device)
-        ms = layout_step_ms(spec, batch, single_device_layout(by_name[whole_step_device]), session_target,
-                            master_device, whole_step_repeats)
+    for name in whole_step_devices:
+        i = [d.name for d in devices].index(name)
+        ms = layout_step_ms(spec, batch, single_device_layout(by_name[name]), session_target, master_device,
+                            whole_step_repeats)
         out[i] = dataclasses.replace(out[i], whole_step_ms=round(ms, 2))
     split_ms = 0.0
     if split_step_devices:

@@ -75,7 +75,7 @@ class Profile:
     num_classes: int
     devices: tuple[DeviceProfile, ...]
     ps_bandwidth_mbit: float = 1000.0
-    compute_scale: float = 1.0  # the factor the layer times were multiplied by (1.0: as measured)
+    compute_scale: float = 1.0  # the median factor the devices' layer times were multiplied by (1.0: as measured)
     # a few real training steps of the model split evenly over these devices (ms; 0: not measured)
     split_step_ms: float = 0.0
     split_step_devices: tuple[str, ...] = ()

@@ -138,7 +138,7 @@ def test_partial_rerun_is_added_to_the_machine_record_and_shown(tmp_path):
 
 def test_make_bench_leaves_the_variant_table_to_its_own_target():
     default = [b.name for b in suite.selected([])]
-    assert "time_to_accuracy" in default and "tta_variants" not in default
+    assert "time_to_accuracy" in default and "tta_variants" not in default and "planner_wifi" not in default
     assert [b.name for b in suite.selected(["tta_variants"])] == ["tta_variants"]
     tta = {b.name: b for b in suite.BENCHES}["time_to_accuracy"]
     assert tta.full[tta.full.index("--variants") + 1] == ""  # make bench runs no variant

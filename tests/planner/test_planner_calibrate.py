@@ -5,8 +5,8 @@ import pytest
 
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan
-from edgemesh_tf.planner.calibrate import (alone_memory_bytes, calibrated, compute_scale, split_step_devices,
-                                           steps_to_time, whole_step_device)
+from edgemesh_tf.planner.calibrate import (alone_memory_bytes, calibrated, compute_scale, compute_scales,
+                                           split_step_devices, steps_to_time, whole_step_devices)
 from edgemesh_tf.planner.cost import predict
 
 from planner_util import flops_device, profile
@@ -15,8 +15,8 @@ SPEC = get_model("vgg", (8, 8, 1), 10)
 STATS = model_stats(SPEC, 32)
 
 
-def _profile(whole=None, on=0):
-    devs = [flops_device("a", STATS, 4, 0, bw=1000, lat=0.5), flops_device("b", STATS, 2, 1, bw=1000, lat=0.5)]
+def _profile(whole=None, on=0, speeds=(4, 2)):
+    devs = [flops_device(n, STATS, g, i, bw=1000, lat=0.5) for i, (n, g) in enumerate(zip("abcd", speeds))]
     if whole is not None:
         devs[on] = dataclasses.replace(devs[on], whole_step_ms=whole)
     return profile(SPEC, devs, 32)
@@ -30,9 +30,27 @@ def test_the_factor_makes_the_cost_model_predict_the_measured_step():
     cal = calibrated(_profile(whole=measured), SPEC)
     assert cal.compute_scale == pytest.approx(0.8, abs=1e-4)
     assert predict([cal.devices[0]], STATS, {}).step_ms == pytest.approx(measured, rel=1e-3)
-    # every device is scaled by the same factor, also the one not measured
+    # a device not measured takes the factor of the measured one
     assert predict([cal.devices[1]], STATS, {}).compute_ms[0] == pytest.approx(
         0.8 * predict([p.devices[1]], STATS, {}).compute_ms[0], rel=1e-3)
+
+
+def test_each_timed_device_gets_its_own_factor_and_the_others_their_nearest_in_speed():
+    """A throttled device runs short layers within a CFS period: timed alone they are faster than its
+    steps. Each timed device is scaled to its own step; an untimed one like the nearest in slowness."""
+    p = _profile(speeds=(8, 4, 3.5, 1))
+    step = {}
+    for d, f in zip(p.devices[:2], (0.8, 1.3)):
+        alone = predict([d], STATS, {})
+        step[d.name] = alone.step_ms - alone.compute_ms[0] + f * alone.compute_ms[0]
+    p = dataclasses.replace(p, devices=tuple(dataclasses.replace(d, whole_step_ms=step.get(d.name, 0.0))
+                                             for d in p.devices))
+    assert compute_scales(p, SPEC) == pytest.approx({"a": 0.8, "b": 1.3, "c": 1.3, "d": 1.3})
+    assert compute_scale(p, SPEC) == pytest.approx((0.8 + 1.3) / 2)  # the median of the timed
+    cal = calibrated(p, SPEC)
+    for d in cal.devices[:2]:
+        assert predict([d], STATS, {}).step_ms == pytest.approx(step[d.name], rel=1e-3)
+    assert cal.compute_scale == pytest.approx(1.05, abs=1e-4)
 
 
 def test_no_measurement_or_a_wild_one_leaves_the_profile_as_measured():
@@ -51,11 +69,11 @@ def test_calibrating_twice_scales_once_and_plan_calibrates_unless_told_not_to():
     assert plan(p, SPEC, calibrate=False).examples_per_sec == pytest.approx(plan(_profile(), SPEC).examples_per_sec)
 
 
-def test_the_whole_step_is_timed_on_the_largest_budget_only_if_the_model_fits_it():
+def test_the_whole_step_is_timed_on_every_device_the_model_fits():
     need = alone_memory_bytes(STATS)
-    assert whole_step_device({"a": need // 2, "b": need * 2, "c": need * 2}, SPEC, 32) == "b"
-    assert whole_step_device({"a": need // 2, "b": need - 1}, SPEC, 32) is None
-    assert whole_step_device({}, SPEC, 32) is None
+    assert whole_step_devices({"a": need // 2, "b": need * 2, "c": need * 3}, SPEC, 32) == ("c", "b")
+    assert whole_step_devices({"a": need // 2, "b": need - 1}, SPEC, 32) == ()
+    assert whole_step_devices({}, SPEC, 32) == ()
     # the bound is the cost model's own prediction of the device alone
     assert predict([dataclasses.replace(_profile().devices[0], memory_bytes=need)], STATS, {}).memory_bytes[0] == need
 
@@ -86,7 +104,7 @@ def test_the_split_step_is_timed_on_the_three_largest_budgets_if_each_holds_its_
     assert split_step_devices({"a": need, "b": need // 8, "c": need}, SPEC, 32) == ("a", "c")  # b cannot: two
     assert split_step_devices({"a": need, "b": need // 8, "c": need // 8}, SPEC, 32) == ()
     assert split_step_devices({"a": need}, SPEC, 32) == ()
-    assert steps_to_time({"a": need, "c": need}, SPEC, 32) == {"whole_step_device": "a",
+    assert steps_to_time({"a": need, "c": need}, SPEC, 32) == {"whole_step_devices": ("a", "c"),
                                                                "split_step_devices": ("a", "c")}
 
 
