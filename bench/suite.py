@@ -88,7 +88,7 @@ BENCHES = (
     # the cost model's shared medium against the testbed's (pi4's devices on one 200 Mbit/s Wi-Fi channel),
     # ~10 min: kept out of `make bench` (<= 60 min), run by `make bench-wifi`
     Bench("planner_wifi", "planner.py", PI4WIFI + ("--model", "vgg", "--dataset", "cifar10", "--batch", "32",
-                                                   "--steps", "9", "--memory_models", ""),
+                                                   "--steps", "8", "--memory_models", ""),
           PI4WIFI + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 1800),
 )
 
