@@ -167,6 +167,8 @@ def main():
     ap.add_argument("--memory_batch", type=int, default=16)
     ap.add_argument("--planning_only", action="store_true", help="only the planning time at scale (no testbed)")
     args = ap.parse_args()
+    if args.repeats < 1 or args.steps < 1:
+        ap.error("--repeats and --steps must be at least 1, got %d and %d" % (args.repeats, args.steps))
     t_start = time.time()
     scale = planning_scale()
     if args.planning_only:
