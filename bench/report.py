@@ -54,11 +54,9 @@ def _identity_scatter(ax, points, xlabel, ylabel, title) -> None:
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title, xlim=(0, top), ylim=(0, top))
 
 
-def planner_section(rec, out_dir, name="planner") -> tuple[str, list[str]]:
+def planner_section(rec, out_dir, name="planner", where="") -> tuple[str, list[str]]:
     res = result(rec)
-    title = "Planner: predicted against measured step time" + (" on a shared Wi-Fi channel (`make bench-wifi`)"
-                                                               if name == "planner_wifi" else "")
-    text = [f"## {title}\n", _status_line(rec)]
+    text = [f"## Planner: predicted against measured step time{where}\n", _status_line(rec)]
     if not res:
         return "\n".join(text), []
     pts = res.get("layouts") or {k: res[k] for k in ("planned", "even") if k in res}  # (older records: two)
@@ -162,7 +160,8 @@ SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, 
             "emulation": emulation_section, "uneven_split": uneven_section, "faults": faults_section,
             "tta_variants": tta_variants_section, "final_accuracy": final_section,
             "emulation_pi4": lambda rec, out: emulation_section(rec, out, "emulation_pi4"),
-            "planner_wifi": lambda rec, out: planner_section(rec, out, "planner_wifi")}
+            "planner_wifi": lambda rec, out: planner_section(rec, out, "planner_wifi",
+                                                             " on a shared Wi-Fi channel (`make bench-wifi`)")}
 
 
 def make_bench_seconds(records: dict) -> float:

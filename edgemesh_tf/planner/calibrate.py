@@ -118,13 +118,18 @@ def compute_scales(profile: Profile, spec: ModelSpec) -> dict[str, float]:
     if not own:
         return {}
     slow = slowness(profile)
-    return {d.name: own.get(d.name) or own[min(own, key=lambda n: abs(slow[n] - slow[d.name]))]
-            for d in profile.devices}
+
+    def nearest(name: str) -> str:
+        return name if name in own else min(own, key=lambda n: abs(slow[n] - slow[name]))
+    return {d.name: own[nearest(d.name)] for d in profile.devices}
 
 
 def compute_scale(profile: Profile, spec: ModelSpec) -> float | None:
     """The median of the timed devices' factors (``compute_scales``); None when none was timed."""
-    scales = compute_scales(profile, spec)
+    return _median_timed(profile, compute_scales(profile, spec))
+
+
+def _median_timed(profile: Profile, scales: Mapping[str, float]) -> float | None:
     timed = [f for n, f in scales.items() if profile.device(n).whole_step_ms > 0]
     return statistics.median(timed) if timed else None
 
@@ -141,7 +146,7 @@ def calibrated(profile: Profile, spec: ModelSpec) -> Profile:
     devices = tuple(dataclasses.replace(d, layers=tuple(LayerTiming(t.name, t.compute_ms * scales[d.name],
                                                                     t.spread_ms * scales[d.name])
                                                         for t in d.layers)) for d in profile.devices)
-    scaled = dataclasses.replace(profile, devices=devices, compute_scale=round(compute_scale(profile, spec), 4))
+    scaled = dataclasses.replace(profile, devices=devices, compute_scale=round(_median_timed(profile, scales), 4))
     o = split_overhead_ms(scaled, spec)
     if any(o.values()):
         scaled = dataclasses.replace(scaled, devices=tuple(dataclasses.replace(d, split_overhead_ms=round(o[d.name], 3))
