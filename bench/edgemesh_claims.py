@@ -13,11 +13,18 @@ Modes, each updating the model with --batch examples per step:
   filter_split    the planner's one-group plan; the benchmark fails if it splits no dim
   even            every split dim split evenly over the one-group plan's devices (timed only: the
                   cost model's prediction of a layout the planner did not choose)
-  hybrid          the planner's grid: groups step concurrently, each on its own batch; their
-                  parameter-server commits are not timed here (bench/time_to_accuracy.py times them).
-                  When the grid is the one-group plan itself, it is measured once (for both).
+  hybrid          the planner's grid, planned as `edgemesh run` plans it: at the default strategy's
+                  local iterations per commit (--commit-interval, ASHL's AHL preset H). With more
+                  than one group, the groups run AHL's rounds concurrently, each on its own batch:
+                  pull the global model from the ps, H local iterations, a dense push of the
+                  change (engine/round_timer.py, the engine's replica graph), so the commits are
+                  paid in its delay. When the grid is the one-group plan itself, it is measured
+                  once (for both).
 Delay is ms per example: step time / batch; for the hybrid 1 / sum over groups of (batch / its
-median step while all groups step). Memory first, each mode on a fresh testbed with the devices'
+median time per local iteration while all groups run, a round's pull and push included). Its
+groups commit asynchronously: the record also gives the delay charged for staleness as the planner
+charges it (x (1 + s (G - 1)), grid.py), `effective_ms_per_example`; the checks use the delay as
+measured, as the paper does. Memory first, each mode on a fresh testbed with the devices'
 memory limits enforced (cgroup v1; a device past its budget is OOM-killed and named) and the CPU
 quotas lifted (peaks do not depend on speed): peak resident memory above the idle server of every
 device the mode uses. A mode that runs out of memory is
@@ -44,6 +51,9 @@ sys.path.insert(0, ROOT)
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster  # noqa: E402
 from edgemesh_tf.data import IMAGE_SHAPES  # noqa: E402
+from edgemesh_tf.engine.config import SyncConfig  # noqa: E402
+from edgemesh_tf.engine.round_timer import RoundRunner  # noqa: E402
+from edgemesh_tf.engine.rules import commit_interval  # noqa: E402
 from edgemesh_tf.mesh.compat import tf  # noqa: E402
 from edgemesh_tf.mesh.layout import Layout, even_split_layout, single_device_layout  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
@@ -52,7 +62,7 @@ from edgemesh_tf.planner.grid import GroupPlan  # noqa: E402
 from edgemesh_tf.profile.profiler import read_vm_kb  # noqa: E402
 from edgemesh_tf.planner.calibrate import calibrated, steps_to_time  # noqa: E402
 from edgemesh_tf.profile.run import budgets, profile_workers  # noqa: E402
-from edgemesh_tf.profile.step_timer import LayoutRunner, measure_side_by_side, reset_peak  # noqa: E402
+from edgemesh_tf.profile.step_timer import LayoutRunner, reset_peak  # noqa: E402
 
 PAPER = {"delay_reduction_x": 3.2, "memory_change": -0.43}
 THRESHOLDS = {"delay_mean_alone_over_hybrid": 3.2, "delay_fastest_alone_over_hybrid": 1.5,
@@ -88,13 +98,31 @@ def mode_layouts(mode, plans, device, batch, dp_shares):
                     sizes=g.layout.sizes), g.batch) for g in plans[mode].groups]
 
 
+def commits(mode, plans) -> bool:
+    """Whether ``mode``'s replicas commit to the ps: the groups of a multi-group hybrid grid."""
+    return mode == "hybrid" and len(plans["hybrid"].groups) > 1
+
+
+def mode_commits(mode, plans, ps_device: str, every: int):
+    """(ps device, H) when ``mode``'s replicas commit to the ps every H local iterations, else None."""
+    return (ps_device, every) if commits(mode, plans) else None
+
+
 class ModeRunner:
     """The replicas of one mode; step_ms() runs one step of each concurrently (wall ms) and keeps
-    each replica's own step time in ``own[i]``."""
+    each replica's own step time in ``own[i]``. With ``commits`` = (ps device, H) a replica's step
+    is an AHL round (engine/round_timer.py) and its own time is per local iteration."""
 
-    def __init__(self, spec, layouts, target, master, tag):
-        self.runners = [LayoutRunner(spec, lay, b, target, master, container=f"{tag}{i}")
-                        for i, (lay, b) in enumerate(layouts)]
+    def __init__(self, spec, layouts, target, master, tag, commits=None):
+        if commits:
+            ps, every = commits
+            groups = [f"{tag}{i}" for i in range(len(layouts))]
+            self.runners = [RoundRunner(spec, lay, b, target, ps_device=ps, group=groups[i], groups=groups,
+                                        local_steps=every, initialize_ps=(i == 0), container=groups[i])
+                            for i, (lay, b) in enumerate(layouts)]
+        else:
+            self.runners = [LayoutRunner(spec, lay, b, target, master, container=f"{tag}{i}")
+                            for i, (lay, b) in enumerate(layouts)]
         self.batches = [b for _, b in layouts]
         self.own = [[] for _ in layouts]
         self.pool = concurrent.futures.ThreadPoolExecutor(len(self.runners))
@@ -115,10 +143,11 @@ class ModeRunner:
             r.close()
 
 
-def interleaved(runners, steps, warmup=2, restore_quotas=lambda: None):
-    """step_timer.measure_side_by_side, with each replica's own warm-up steps not counted: the first
-    one (each device's first run of the graph) before ``restore_quotas()``, the others under the
-    devices' quotas."""
+def interleaved(runners, counts, warmup=2, restore_quotas=lambda: None):
+    """{mode: its step_ms() timings}, ``counts[mode]`` of them, the modes taking turns one step each
+    so that a shared machine's noise hits every mode alike, with each replica's own warm-up steps
+    not counted: the first one (each device's first run of the graph) before ``restore_quotas()``,
+    the others under the devices' quotas."""
     for r in runners.values():
         r.step_ms()
     restore_quotas()
@@ -126,10 +155,15 @@ def interleaved(runners, steps, warmup=2, restore_quotas=lambda: None):
         for _ in range(warmup - 1):
             r.step_ms()
         r.own = [[] for _ in r.own]
-    return measure_side_by_side(runners, steps, round_steps=1, warmup=0)
+    times = {m: [] for m in runners}
+    while any(len(times[m]) < counts[m] for m in runners):
+        for m, r in runners.items():
+            if len(times[m]) < counts[m]:
+                times[m].append(r.step_ms())
+    return times
 
 
-def peak_memory(cluster, spec, mode, plans, batch, dp_shares, steps=2) -> dict:
+def peak_memory(cluster, spec, mode, plans, batch, dp_shares, commit_every, steps=2) -> dict:
     """{"peak_bytes": {device: bytes above its idle RSS}} of the devices ``mode`` uses, on a fresh
     testbed with the memory limits enforced; {"out_of_memory": error} if a device's server died.
     The CPU quotas are lifted (each server's thread pool stays sized to its quota, so the same ops
@@ -145,7 +179,8 @@ def peak_memory(cluster, spec, mode, plans, batch, dp_shares, steps=2) -> dict:
             reset_peak(pids[n])
             before[n] = read_vm_kb(pids[n], "VmRSS")
         def run():
-            runner = ModeRunner(spec, layouts, em.session_target, cluster.master.device_string, mode)
+            runner = ModeRunner(spec, layouts, em.session_target, cluster.master.device_string, mode,
+                                mode_commits(mode, plans, em.device(ps_name(cluster)), commit_every))
             for _ in range(steps):
                 runner.step_ms()
             return runner
@@ -157,6 +192,10 @@ def peak_memory(cluster, spec, mode, plans, batch, dp_shares, steps=2) -> dict:
         runner.close()
         return {"peak_bytes": {n: max(0, read_vm_kb(pids[n], "VmHWM") - before[n]) * 1024 for n in used},
                 "devices": used}
+
+
+def ps_name(cluster) -> str:
+    return cluster.by_role("ps")[0].name
 
 
 MODE_TIMEOUT_S = 900.0  # set-up and steps of one mode in the memory phase (VGG-16 on a 0.15-core device: ~3 s a step)
@@ -206,6 +245,12 @@ def even_plan(one_group, profile, spec, stats, batch):
     layout, shares = even_split_layout(spec.split_dims(), names)
     pred = predict([profile.device(n) for n in names], stats, shares, profile_batch=profile.batch)
     return dataclasses.replace(one_group, kind="even", groups=(GroupPlan(names, layout, pred, batch),))
+
+
+def per_iteration_ms(pred, commit_every: int | None) -> float:
+    """A group's predicted ms per local iteration: its step, plus its ps push and pull over the
+    iterations between commits when it commits (None: it does not)."""
+    return pred.step_ms + (pred.ps_sync_ms / commit_every if commit_every else 0.0)
 
 
 def split_dims(p) -> list[str]:
@@ -280,14 +325,22 @@ def main():
     ap.add_argument("--dataset", default="digits32", choices=sorted(IMAGE_SHAPES), help="the input shape only")
     ap.add_argument("--batch", type=int, default=32, help="examples per model update in every mode")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per mode")
+    ap.add_argument("--commit-interval", type=int, default=commit_interval(SyncConfig()),
+                    help="local iterations per commit of a multi-group hybrid grid (default: what `edgemesh run` "
+                         "plans for, the default strategy's)")
+    ap.add_argument("--hybrid-rounds", type=int, default=3,
+                    help="timed rounds of a multi-group hybrid grid (each --commit-interval iterations)")
     ap.add_argument("--memory", type=int, default=1, help="0: skip the memory phase (quick runs; every mode is timed)")
     args = ap.parse_args()
+    for flag in ("batch", "steps", "commit_interval", "hybrid_rounds"):
+        if getattr(args, flag) < 1:
+            ap.error("--%s must be >= 1, got %d" % (flag.replace("_", "-"), getattr(args, flag)))
     t_start = time.time()
     spec = get_model(args.model, IMAGE_SHAPES[args.dataset], 10)
     cluster = load_cluster(args.cluster)
     workers = [d.name for d in cluster.workers]
     out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch,
-           "steps": args.steps, "paper": PAPER, "modes": {}, "errors": []}
+           "steps": args.steps, "commit_interval": args.commit_interval, "paper": PAPER, "modes": {}, "errors": []}
     with emulated_cluster(cluster, memory="off") as em:
         profile = profile_workers(cluster, spec, args.batch, em.session_target,
                                   {n: d.pid for n, d in em.devices.items()},
@@ -300,18 +353,23 @@ def main():
     out["split_overhead_ms_per_peer"] = {d.name: d.split_overhead_ms for d in cal.devices}
     stats = model_stats(spec, args.batch)
 
-    def uncalibrated_step_ms(names, sizes) -> float:
-        return round(predict([profile.device(n) for n in names], stats, dict(sizes), profile_batch=profile.batch).step_ms, 1)
+    def uncalibrated_step_ms(names, sizes, commits=None) -> float:
+        return round(per_iteration_ms(predict([profile.device(n) for n in names], stats, dict(sizes),
+                                              profile_batch=profile.batch,
+                                              ps_bandwidth_mbit=profile.ps_bandwidth_mbit), commits), 1)
 
     plans = {"filter_split": plan(profile, spec, groups=1, batch=args.batch),
-             "hybrid": plan(profile, spec, batch=args.batch)}
+             "hybrid": plan(profile, spec, batch=args.batch, commit_interval=args.commit_interval)}
     plans["even"] = even_plan(plans["filter_split"], cal, spec, stats, args.batch)
     for m, p in plans.items():
+        every = args.commit_interval if commits(m, plans) else None
         out[f"{m}_plan"] = {"kind": p.kind, "split_dims": split_dims(p), "predicted_examples_per_sec":
                             round(p.examples_per_sec, 2), "alternatives": {k: round(v, 2) for k, v in p.alternatives},
+                            "candidates": {k: round(v, 2) for k, v in p.candidates}, "commit_interval": every,
                             "groups": [{"devices": list(g.names), "sizes": {k: list(v) for k, v in g.layout.sizes},
-                                        "predicted_step_ms": round(g.prediction.step_ms, 1),
-                                        "uncalibrated_step_ms": uncalibrated_step_ms(g.names, g.layout.sizes),
+                                        "predicted_step_ms": round(per_iteration_ms(g.prediction, every), 1),
+                                        "predicted_ps_sync_ms": round(g.prediction.ps_sync_ms, 1),
+                                        "uncalibrated_step_ms": uncalibrated_step_ms(g.names, g.layout.sizes, every),
                                         "predicted_memory_mib": [round(b / 2 ** 20, 1) for b in g.prediction.memory_bytes],
                                         "predicted_compute_ms": [round(x, 1) for x in g.prediction.compute_ms],
                                         "predicted_comm_ms": [round(x, 1) for x in g.prediction.comm_ms]}
@@ -325,7 +383,7 @@ def main():
     dp = {n: 0 for n in workers}  # the devices that hold the model alone, set by the memory phase
     if args.memory:
         for mode in alone:
-            out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, {})
+            out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, {}, args.commit_interval)
             _progress("memory of " + mode, t_start)
         dp = {n: 0 for n in workers if "peak_bytes" in out["modes"][f"alone:{n}"]}
     if dp:
@@ -338,7 +396,7 @@ def main():
     modes = alone + (["data_parallel"] if dp else []) + (["filter_split"] if not out["errors"] and not same_plan
                                                           else []) + ["hybrid"]
     for mode in modes[len(alone):] if args.memory else ():
-        out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, dp)
+        out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, dp, args.commit_interval)
         _progress("memory of " + mode, t_start)
     for mode, rec in out["modes"].items():
         if "peak_bytes" in rec:
@@ -351,8 +409,10 @@ def main():
             em.lift_quotas()  # set-up and first runs only: restored before the counted warm-up and the timing
             for m in timed:
                 runners[m] = ModeRunner(spec, mode_layouts(m, plans, em.device, args.batch, dp),
-                                        em.session_target, cluster.master.device_string, m.replace(":", "_"))
-            times = interleaved(runners, args.steps, restore_quotas=em.restore_quotas)
+                                        em.session_target, cluster.master.device_string, m.replace(":", "_"),
+                                        mode_commits(m, plans, em.device(ps_name(cluster)), args.commit_interval))
+            counts = {m: args.hybrid_rounds if commits(m, plans) else args.steps for m in timed}
+            times = interleaved(runners, counts, restore_quotas=em.restore_quotas)
         finally:
             for r in runners.values():
                 r.close()
@@ -362,6 +422,10 @@ def main():
             median_step_ms=[round(statistics.median(t), 1) for t in runners[m].own],
             examples_per_step=runners[m].batches, ms_per_example=round(runners[m].ms_per_example(), 3),
             steps=len(times[m]))
+    if commits("hybrid", plans) and "hybrid" in timed:
+        rec, g = out["modes"]["hybrid"], len(plans["hybrid"].groups)
+        rec.update(rounds=rec.pop("steps"), local_steps_per_round=args.commit_interval,
+                   effective_ms_per_example=round(rec["ms_per_example"] * (1 + plans["hybrid"].staleness_penalty * (g - 1)), 3))
     if same_plan and not out["errors"] and "hybrid" in timed:
         out["modes"]["filter_split"] = {**out["modes"]["hybrid"], "same_plan_as": "hybrid"}
         timed.append("filter_split")

@@ -124,8 +124,9 @@ def test_quotas_are_restored_after_each_first_run_and_before_any_counted_step():
             return 1.0
 
     runners = {"a": Fake("a"), "b": Fake("b")}
-    times = claims.interleaved(runners, steps=3, warmup=2, restore_quotas=lambda: events.append("restore"))
+    times = claims.interleaved(runners, {"a": 3, "b": 2}, warmup=2, restore_quotas=lambda: events.append("restore"))
     assert events[:3] == ["a", "b", "restore"]  # each device's first run with the quotas lifted, then restored
     assert events[3:5] == ["a", "b"]  # the second warm-up step under the quotas, not counted
-    assert times == {"a": [1.0] * 3, "b": [1.0] * 3}
+    assert events[5:] == ["a", "b", "a", "b", "a"]  # taking turns, each mode until it has its count
+    assert times == {"a": [1.0] * 3, "b": [1.0] * 2}
     assert runners["a"].own == [[1.0] * 3]  # the replicas' own times hold the counted steps only
