@@ -1,7 +1,7 @@
 """Measured peak memory per device against the planner's memory model, and the model's fit.
 
     python bench/memory_fit.py [--models vgg,vgg_wide,vgg_m,vgg16] [--batches 8,32] [--ways 1,2,4]
-        [--dataset cifar10] [--steps 3] [--write]
+        [--dataset cifar10] [--steps 3] [--replica-models vgg16,vgg_wide] [--write]
 
 For every model, batch and even filter split over `ways` devices, a fresh set of TF servers (one
 per device, no CPU or memory limit: the peak is what the device needs) trains the split for
@@ -10,10 +10,15 @@ point. The split's whole (master) tensors are spread over its devices (train/gra
 The memory model's coefficients (planner/memory.py) are fitted to all points by relative
 least squares; the JSON reports every point with the fitted and the plain-count (`COUNTED`)
 prediction, the largest relative error of each, and the fit's error on each model when that model
-is left out of the fit (how well it predicts a model it has not seen). --write stores the fit in
+is left out of the fit (how well it predicts a model it has not seen). The engine replicas of
+--replica-models (engine/round_timer.py: its anchors, residuals and the pull's and push's buffers,
+the session again on a chief), split the same ways at the largest batch, fit the replica terms:
+their peaks less the plain fit's prediction, against P / k and whether the group is split. The fit's error over all points is the
+planner's memory headroom (planner/grid.py). --write stores the fit in
 edgemesh_tf/planner/memory_fit.json, which the planner then uses. Prints one JSON object.
 """
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -33,44 +38,91 @@ from edgemesh_tf.planner import memory  # noqa: E402
 from edgemesh_tf.planner.model_stats import model_stats  # noqa: E402
 
 
+def _testbed(ways: int):
+    """A cluster of `ways` workers, a ps and a chief on free loopback ports."""
+    ports = free_ports(ways + 2)
+    return parse_cluster({"name": "memfit%d" % ways, "devices": [
+        {"name": "w%d" % i, "role": "worker", "host": "127.0.0.1", "port": p} for i, p in enumerate(ports[:ways])]
+        + [{"name": "ps0", "role": "ps", "host": "127.0.0.1", "port": ports[ways]},
+           {"name": "chief", "role": "chief", "host": "127.0.0.1", "port": ports[ways + 1]}]})
+
+
+def _even(spec, devices):
+    return (single_device_layout(devices[0]), {}) if len(devices) == 1 else even_split_layout(spec.split_dims(), devices)
+
+
+def _held(stats, shares, i):
+    return [shares[d.name][i] if d.name in shares else d.units for d in stats.dims]
+
+
 def measure(spec, batch: int, ways: int, steps: int) -> tuple[list[tuple[list[int], int]], int]:
     """([(units held per dim, peak bytes)] of each device training `spec` split evenly over `ways`,
     peak bytes of the server hosting the session). The session is hosted apart (a "chief" server,
     which also holds the input placeholders), as the benchmarks do: a session's master costs its
     host 50-130 MiB (the graph, its optimisation and partitions), which would hide the devices' own."""
     from edgemesh_tf.profile.step_timer import measure_memory
-    ports = free_ports(ways + 2)
-    cluster = parse_cluster({"name": "memfit%d" % ways, "devices": [
-        {"name": "w%d" % i, "role": "worker", "host": "127.0.0.1", "port": p} for i, p in enumerate(ports[:ways])]
-        + [{"name": "ps0", "role": "ps", "host": "127.0.0.1", "port": ports[ways]},
-           {"name": "chief", "role": "chief", "host": "127.0.0.1", "port": ports[ways + 1]}]})
+    cluster = _testbed(ways)
     names = [d.name for d in cluster.workers]
     stats = model_stats(spec, batch)
     with emulated_cluster(cluster, network="userspace", compute="off", memory="off") as em:
-        devices = [em.device(n) for n in names]
-        if ways == 1:
-            layout, shares = single_device_layout(devices[0]), {}
-        else:
-            layout, shares = even_split_layout(spec.split_dims(), devices)
+        layout, shares = _even(spec, [em.device(n) for n in names])
         m = measure_memory(spec, layout, batch, em.session_target, em.device("chief"),
                            {n: em.devices[n].pid for n in names + ["chief"]}, names + ["chief"], steps=steps)
-    return ([([shares[d.name][i] if d.name in shares else d.units for d in stats.dims], m.peak_bytes[n])
-             for i, n in enumerate(names)], m.peak_bytes["chief"])
+    return [(_held(stats, shares, i), m.peak_bytes[n]) for i, n in enumerate(names)], m.peak_bytes["chief"]
 
 
-def report(points, models, sessions=()) -> dict:
+def measure_replica(spec, batch: int, ways: int, rounds: int) -> list[tuple[list[int], int]]:
+    """[(units held per dim, peak bytes)] of each device of an engine replica (engine/round_timer.py:
+    pull, a local iteration, a dense push, `rounds` times) of `spec` split evenly over `ways`, its
+    session hosted apart on the chief as in `measure`."""
+    from edgemesh_tf.engine.round_timer import RoundRunner
+    from edgemesh_tf.profile.profiler import read_vm_kb
+    from edgemesh_tf.profile.step_timer import reset_peak
+    cluster = _testbed(ways)
+    names = [d.name for d in cluster.workers]
+    stats = model_stats(spec, batch)
+    with emulated_cluster(cluster, network="userspace", compute="off", memory="off") as em:
+        layout, shares = _even(spec, [em.device(n) for n in names])
+        pids = {n: em.devices[n].pid for n in names}
+        before = {}
+        for n in names:
+            reset_peak(pids[n])
+            before[n] = read_vm_kb(pids[n], "VmRSS")
+        runner = RoundRunner(spec, layout, batch, em.session_target, ps_device=em.device("ps0"), group="g",
+                             groups=["g"], local_steps=1, initialize_ps=True)
+        try:
+            for _ in range(rounds):
+                runner.round_ms()
+        finally:
+            runner.close()
+        return [(_held(stats, shares, i), max(0, read_vm_kb(pids[n], "VmHWM") - before[n]) * 1024)
+                for i, n in enumerate(names)]
+
+
+def report(points, models, sessions=(), replicas=()) -> dict:
     """The fit, every point's predictions, and the leave-one-model-out errors (pure). points: [(model,
     ModelStats, units held per dim, peak bytes, ways, device index)]; sessions: [(model, ModelStats,
-    ways, peak bytes of the session's host)]."""
+    ways, peak bytes of the session's host)]; replicas: points of engine replicas (as points), which
+    fit the replica factor. The fit's error (its headroom in the planner) is the largest over both."""
     fit_points = lambda pts: [(s, h, w, p) for _, s, h, p, w, _ in pts]
     fitted = memory.fit(fit_points(points), [(s, w, p) for _, s, w, p in sessions], source="bench/memory_fit.py")
-    mib = lambda mm, s, h, w: round(mm.device_bytes(s, h, w) / 2 ** 20, 1)
+    if replicas:
+        fitted = memory.fit_replica(fitted, fit_points(replicas))
+    mib = lambda mm, s, h, w, r=False: round(mm.device_bytes(s, h, w, replica=r) / 2 ** 20, 1)
     rows = [{"model": m, "batch": s.batch, "ways": w, "device": i, "measured_mib": round(p / 2 ** 20, 1),
              "fitted_mib": mib(fitted, s, h, w), "counted_mib": mib(memory.COUNTED, s, h, w)}
             for m, s, h, p, w, i in points]
-    worst = lambda mm, pts: round(max(abs(mm.device_bytes(s, h, w) / p - 1) for s, h, w, p in pts), 3)
-    out = {"model": fitted.to_dict(), "points": rows, "fitted_max_abs_rel_error": worst(fitted, fit_points(points)),
+    worst = lambda mm, pts, r=False: round(max(abs(mm.device_bytes(s, h, w, replica=r) / p - 1)
+                                               for s, h, w, p in pts), 3)
+    error = max(worst(fitted, fit_points(points)), worst(fitted, fit_points(replicas), True) if replicas else 0.0)
+    fitted = dataclasses.replace(fitted, fit_error=error)
+    out = {"model": fitted.to_dict(), "points": rows, "fitted_max_abs_rel_error": error,
            "counted_max_abs_rel_error": worst(memory.COUNTED, fit_points(points))}
+    if replicas:
+        out["replicas"] = [{"model": m, "batch": s.batch, "ways": w, "device": i, "measured_mib": round(p / 2 ** 20, 1),
+                            "fitted_mib": mib(fitted, s, h, w, True), "counted_mib": mib(memory.COUNTED, s, h, w, True)}
+                           for m, s, h, p, w, i in replicas]
+        out["replica_max_abs_rel_error"] = worst(fitted, fit_points(replicas), True)
     held_out = {}
     for m in models:
         rest = fit_points([pt for pt in points if pt[0] != m])
@@ -95,6 +147,8 @@ def main():
     ap.add_argument("--ways", default="1,2,4")
     ap.add_argument("--dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--replica-models", default="vgg16,vgg_wide",
+                    help="models whose engine replicas are measured at the largest batch (the replica factor)")
     ap.add_argument("--write", action="store_true", help="store the fit in " + memory.FIT_PATH)
     args = ap.parse_args()
     t0 = time.time()
@@ -110,7 +164,17 @@ def main():
                 sessions.append((m, stats, w, session))
                 print(f"[memory_fit] {m} batch {b} on {w}: {[round(pt[3] / 2 ** 20) for pt in points[-w:]]} MiB, "
                       f"session host {session / 2 ** 20:.0f} MiB", file=sys.stderr, flush=True)
-    out = {"dataset": args.dataset, "steps": args.steps, **report(points, models, sessions),
+    replicas = []
+    for m in [m for m in args.replica_models.split(",") if m]:
+        spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
+        b = max(int(x) for x in args.batches.split(",") if x)
+        stats = model_stats(spec, b)
+        for w in [int(x) for x in args.ways.split(",") if x]:
+            replicas += [(m, stats, held, peak, w, i) for i, (held, peak) in
+                         enumerate(measure_replica(spec, b, w, args.steps))]
+            print(f"[memory_fit] {m} replica batch {b} on {w}: {[round(pt[3] / 2 ** 20) for pt in replicas[-w:]]} MiB",
+                  file=sys.stderr, flush=True)
+    out = {"dataset": args.dataset, "steps": args.steps, **report(points, models, sessions, replicas),
            "seconds": round(time.time() - t0, 1),
            "command": " ".join(["python", "bench/memory_fit.py", *sys.argv[1:]])}
     if args.write:
@@ -118,7 +182,7 @@ def main():
             json.dump({"model": out["model"], "command": out["command"], "date": time.strftime("%Y-%m-%d"),
                        "fitted_max_abs_rel_error": out["fitted_max_abs_rel_error"],
                        "left_out_model_max_abs_rel_error": out["left_out_model_max_abs_rel_error"],
-                       "points": len(points)}, f, indent=1)
+                       "points": len(points), "replica_points": len(replicas)}, f, indent=1)
     print(json.dumps(out))
 
 

@@ -52,6 +52,13 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
                f"communication {', '.join(fmt(x, 0) for x in g['predicted_comm_ms'])} ms"
                if len(g.get("predicted_comm_ms", ())) > 1 else "")
             for g in p.get("groups", [])))
+    hp, hd = res.get("hybrid_plan") or {}, modes.get("hybrid", {})
+    if hp.get("commit_interval") and hd.get("effective_ms_per_example"):
+        text.append(f"- `hybrid`: {len(hp['groups'])} groups committing asynchronously to the parameter server every "
+                    f"{hp['commit_interval']} local iterations (the default strategy's, as `edgemesh run` plans), each "
+                    f"timed over {hd.get('rounds')} rounds of the engine's replica (pull, the iterations, a dense push); "
+                    f"its delay includes the commits. Charged for staleness as the planner charges it: "
+                    f"{fmt(hd['effective_ms_per_example'], 2)} ms per example.")
     for m, d in modes.items():  # (records before the plan calibrated show the calibrated figure beside it)
         other, key = (("uncalibrated", "uncalibrated_step_ms") if "uncalibrated_over_measured" in d
                       else ("calibrated", "calibrated_predicted_step_ms"))

@@ -26,6 +26,11 @@ Search (each group's division is cached by its devices; candidates are screened 
           merge; a device moves to another group or leaves for a group of its own (up to
           LOCAL_SEARCH_DEVICES devices; above that only the first two kinds)
 
+Memory: every plan keeps the memory model's headroom (``memory.MemoryModel.headroom``, 1 + the
+largest error of its fit on measured peaks) below each device's budget: a device's predicted bytes
+times the headroom must fit (``memory_margin``). Without it the grid packed pi4's weakest devices to
+their budgets exactly (predicted 192.0 of 192 MiB), and the kernel OOM-killed one.
+
 The result is compared with the alternatives of ``alternatives`` (the fastest device alone, every
 device alone and asynchronous, synchronous data parallelism at the same global batch) by the same
 objective; the best is returned, so a plan is never predicted slower than any of them.
@@ -39,6 +44,7 @@ from typing import Sequence
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models.spec import ModelSpec
 from edgemesh_tf.planner import alternatives as alt
+from edgemesh_tf.planner import cost
 from edgemesh_tf.planner.calibrate import calibrated
 from edgemesh_tf.planner.cost import GroupPrediction
 from edgemesh_tf.planner.division import Division, PlanError, divide, speed
@@ -105,6 +111,14 @@ def throughput(preds: Sequence[GroupPrediction], batch: int, commit_interval: in
     g = len(preds)
     raw = sum(batch * 1000.0 / (p.step_ms + (p.ps_sync_ms / commit_interval if g > 1 else 0.0)) for p in preds)
     return raw / (1.0 + staleness_penalty * (g - 1))
+
+
+def within_margin(profile: Profile, margin: float) -> Profile:
+    """``profile`` with every device's memory budget divided by ``margin`` (what a plan may predict)."""
+    if margin == 1:
+        return profile
+    return dataclasses.replace(profile, devices=tuple(
+        dataclasses.replace(d, memory_bytes=int(d.memory_bytes / margin)) for d in profile.devices))
 
 
 class _Grid:
@@ -224,7 +238,8 @@ def _search(grid: _Grid, devices, groups: int | None):
 
 def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch: int | None = None,
          chunks: int | None = None, commit_interval: int = 1,
-         staleness_penalty: float = STALENESS_PENALTY, calibrate: bool = True) -> Plan:
+         staleness_penalty: float = STALENESS_PENALTY, calibrate: bool = True,
+         memory_margin: float | None = None) -> Plan:
     """Plans the grid and the filter division of ``spec`` on the devices of ``profile``.
 
     groups: force this many data-parallel groups (default: the best grid found, any number).
@@ -235,6 +250,8 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
       times scaled to a whole step, a split overhead fitted to a split step; a profile without them
       is used as measured). On by default: it predicted the measured steps better on every cluster
       measured (docs/DESIGN.md; bench/planner.py and bench/edgemesh_claims.py report both).
+    memory_margin: predicted bytes times this must fit each budget (>= 1; default: the memory
+      model's headroom, see the module docstring).
     Raises PlanError when nothing fits in memory.
     """
     if not profile.devices:
@@ -245,9 +262,13 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
         raise ValueError("commit_interval must be >= 1 local steps, got %r" % commit_interval)
     if not (isinstance(staleness_penalty, (int, float)) and staleness_penalty >= 0):
         raise ValueError("staleness_penalty must be a number >= 0, got %r" % (staleness_penalty,))
+    margin = cost.MEMORY.headroom if memory_margin is None else memory_margin
+    if not (isinstance(margin, (int, float)) and margin >= 1):
+        raise ValueError("memory_margin must be a number >= 1, got %r" % (margin,))
     batch = batch or profile.batch
     if calibrate:
         profile = calibrated(profile, spec)
+    profile = within_margin(profile, margin)
     stats = model_stats(spec, batch)
     devices, pb, ps_bw = profile.devices, profile.batch, profile.ps_bandwidth_mbit
     rate = lambda divs: throughput([d.prediction for d in divs], batch, commit_interval, staleness_penalty)
@@ -268,7 +289,8 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     recorded = tuple((kind, rate(divs)) for kind, divs in shown if divs)
     options += [(kind, rate(divs), divs) for kind, divs in shown if divs and groups in (None, len(divs))]
     if not options:
-        raise error or PlanError("no device of the profile holds model %s" % spec.name)
+        note = " (each budget over the memory margin x%.3f)" % margin if margin > 1 else ""
+        raise PlanError(str(error or "no device of the profile holds model %s" % spec.name) + note)
     kind, value, divs = max(options, key=lambda o: o[1])  # ties: the grid, then the simpler alternative
     dims = spec.dims(batch)
     gp = tuple(GroupPlan(d.names, d.layout().validate(dims), d.prediction, batch) for d in divs)

@@ -4,7 +4,7 @@
              + weight_factor     * 4 * sum_l params_per_unit_l * s_i,l
              + master_factor     * P / k                       (k > 1 devices in the group)
              + activation_factor * b * (image + sum_l in_l + sum_l act_l * s_i,l / U_l)
-             + 2 * P / k                                        (a replica of the engine only)
+             + replica_factor * P / k + replica_split_bytes [k > 1]  (a replica of the engine only)
              + session_bytes + session_factor * P + session_per_device * k   (the host of the group's session)
 
 s_i,l: units of dim l device i holds (U_l when replicated); b: examples per step; in_l: a layer's
@@ -15,7 +15,12 @@ ReLU output kept for backward). The factors stand for what the plain count misse
 - master_factor: a split group's whole (master) weights and momentum, P bytes each, spread over its
   k devices by bytes (train/graph.py; 2 if nothing else). A one-device group's slices are its masters.
   An engine replica (engine/graph.py) also keeps an anchor and a residual of every whole tensor with
-  its master: 2 * P / k more, counted exactly (`replica=True`).
+  its master, and its pull and push pass whole tensors through buffers there (`replica=True`).
+  Counted: 2 * P / k (the anchor and the residual). Fitted to replicas' peaks less the plain step's
+  fitted prediction (bench/memory_fit.py): about 1.5 * P / k, plus about 80 MiB on every device of
+  a split group (the copies between masters and slices around each round, and their transfers'
+  buffers), not in proportion to P / k: one factor alone fitted the measured replicas no better
+  than 41%, this pair to 19%.
 - session_bytes, session_factor, session_per_device: the TF master of a session (the graph, its
   optimisation, a partition per device) costs the server it runs on 20-180 MiB, growing with the
   model and the devices (measured: about P + 20 MiB per device). The engine's group
@@ -54,16 +59,30 @@ class MemoryModel:
     session_bytes: float = 0.0
     session_factor: float = 0.0
     session_per_device: float = 0.0
+    replica_factor: float = 2.0
+    replica_split_bytes: float = 0.0
+    fit_error: float = 0.0  # the fit's largest |predicted / measured - 1| over its measured peaks
+
+    @property
+    def headroom(self) -> float:
+        """The factor a plan keeps below each memory budget: 1 + ``fit_error`` (a device's predicted
+        bytes times this must fit), so that a peak the model under-predicts by as much as any it was
+        fitted to does not OOM-kill the device."""
+        return 1.0 + self.fit_error
 
     def session_host_bytes(self, stats: ModelStats, k: int = 1) -> int:
         """Bytes the server hosting the session of a training step of the model on `k` devices adds."""
         return int(self.session_bytes + self.session_factor * stats.param_bytes + self.session_per_device * k)
 
     def _bytes(self, stats: ModelStats, held: Sequence[int], k: int, replica: bool) -> float:
-        """The formula above: the coefficients times `features`, plus a replica's exact copies."""
+        """The formula above: the coefficients times `features`, plus a replica's copies."""
         coefs = (self.runtime_bytes, self.weight_factor, self.master_factor, self.activation_factor)
-        copies = REPLICA_COPIES * stats.param_bytes / k if replica else 0.0
+        copies = self.replica_bytes(stats, k) if replica else 0.0
         return sum(c * x for c, x in zip(coefs, features(stats, held, k))) + copies
+
+    def replica_bytes(self, stats: ModelStats, k: int) -> float:
+        """What an engine replica adds to each device of a `k`-device group (see the formula)."""
+        return self.replica_factor * stats.param_bytes / k + (self.replica_split_bytes if k > 1 else 0.0)
 
     def fixed_bytes(self, stats: ModelStats, k: int = 1, replica: bool = False) -> int:
         """Bytes a device of a `k`-device group holds whatever its shares: the runtime, every layer's
@@ -83,7 +102,7 @@ class MemoryModel:
 
     def whole_model_bytes(self, stats: ModelStats, batch: int, replica: bool = False) -> tuple[float, float]:
         """(bytes independent of the batch, bytes per example) of the whole model on one device."""
-        fixed = self.runtime_bytes + (self.weight_factor + (REPLICA_COPIES if replica else 0)) * stats.param_bytes
+        fixed = self.runtime_bytes + (self.weight_factor + (self.replica_factor if replica else 0)) * stats.param_bytes
         per_example = self.activation_factor * (stats.image_bytes + sum(d.in_bytes + d.act_bytes
                                                                          for d in stats.dims))
         return fixed, per_example
@@ -92,7 +111,6 @@ class MemoryModel:
         return dataclasses.asdict(self)
 
 
-REPLICA_COPIES = 2  # an engine replica's anchor and error-feedback residual of each whole tensor
 COUNTED = MemoryModel(0.0, 3.0, 2.0, 1.0, "counted: weights, momentum, gradient, masters and activations once, "
                                           "no runtime")
 
@@ -121,14 +139,27 @@ def fit(points: Sequence[tuple[ModelStats, Sequence[int], int, float]],
     return MemoryModel(*(float(c) for c in coef), source, *(float(c) for c in session))
 
 
-def _nnls_relative(rows, peaks) -> list[float]:
-    """Non-negative least squares of peaks ~ rows . coef, each point weighted by 1 / its peak."""
+def fit_replica(model: MemoryModel, points: Sequence[tuple[ModelStats, Sequence[int], int, float]]) -> MemoryModel:
+    """`model` with replica_factor and replica_split_bytes (each >= 0) fitted to peaks of engine
+    replicas: points of (stats, units held per dim, devices in the group, measured peak bytes), less
+    `model`'s plain prediction (relative least squares, as `fit`)."""
+    if len(points) < 2:
+        raise ValueError("fitting the replica terms needs at least 2 measured replica peaks, got %d" % len(points))
+    rows = [(s.param_bytes / k, float(k > 1)) for s, _, k, _ in points]
+    extra = [peak - model.device_bytes(s, h, k) for s, h, k, peak in points]
+    factor, split = _nnls_relative(rows, extra, weights=[1.0 / peak for *_, peak in points])
+    return dataclasses.replace(model, replica_factor=float(factor), replica_split_bytes=float(split))
+
+
+def _nnls_relative(rows, peaks, weights=None) -> list[float]:
+    """Non-negative least squares of peaks ~ rows . coef, each point weighted by 1 / its peak (or by
+    `weights`)."""
     import numpy as np
 
     x, y = np.array(rows, dtype=float), np.array(peaks, dtype=float)
-    if (y <= 0).any():
+    if weights is None and (y <= 0).any():
         raise ValueError("measured peaks must be > 0 bytes, got %s" % sorted(y)[:3])
-    w = 1.0 / y
+    w = 1.0 / y if weights is None else np.array(weights, dtype=float)
     active = list(range(x.shape[1]))
     while True:  # drop a negative coefficient and solve again
         coef = np.zeros(x.shape[1])
@@ -145,11 +176,14 @@ def load(path: str = FIT_PATH) -> MemoryModel:
         return COUNTED
     with open(path) as f:
         try:
-            raw = json.load(f)["model"]
+            top = json.load(f)
+            raw = top["model"]
             return MemoryModel(float(raw["runtime_bytes"]), float(raw["weight_factor"]), float(raw["master_factor"]),
                                float(raw["activation_factor"]), str(raw.get("source", path)),
                                float(raw.get("session_bytes", 0.0)), float(raw.get("session_factor", 0.0)),
-                               float(raw.get("session_per_device", 0.0)))
+                               float(raw.get("session_per_device", 0.0)), float(raw.get("replica_factor", 2.0)),
+                               float(raw.get("replica_split_bytes", 0.0)),
+                               float(raw.get("fit_error", top.get("fitted_max_abs_rel_error", 0.0))))
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError("%s: expected {\"model\": {\"runtime_bytes\", \"weight_factor\", \"master_factor\", "
                              "\"activation_factor\"}} (bench/memory_fit.py --write), got an error: %s" % (path, e))

@@ -130,3 +130,23 @@ def test_quotas_are_restored_after_each_first_run_and_before_any_counted_step():
     assert events[5:] == ["a", "b", "a", "b", "a"]  # taking turns, each mode until it has its count
     assert times == {"a": [1.0] * 3, "b": [1.0] * 2}
     assert runners["a"].own == [[1.0] * 3]  # the replicas' own times hold the counted steps only
+
+
+def test_a_multi_group_hybrid_pays_its_commits_and_is_reported_with_its_staleness(tmp_path):
+    from types import SimpleNamespace as NS
+
+    pred = NS(step_ms=1000.0, ps_sync_ms=800.0)
+    assert claims.per_iteration_ms(pred, 8) == 1100.0  # a push and pull every 8 local iterations
+    assert claims.per_iteration_ms(pred, None) == 1000.0  # one group: no commits
+    plans = {"hybrid": NS(groups=("g0", "g1"))}
+    assert claims.commits("hybrid", plans) and not claims.commits("even", plans)
+    assert claims.mode_commits("hybrid", plans, "/job:ps/task:0", 8) == ("/job:ps/task:0", 8)
+    assert claims.mode_commits("hybrid", {"hybrid": NS(groups=("g0",))}, "/job:ps/task:0", 8) is None
+    res = _result()
+    res["hybrid_plan"].update(commit_interval=8, groups=[{"devices": ["a"], "sizes": {}},
+                                                         {"devices": ["b", "c"], "sizes": {"conv1": [40, 24]}}])
+    res["modes"]["hybrid"].update(rounds=3, effective_ms_per_example=11.0)
+    res["checks"] = claims.claims(res)
+    text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "`hybrid`: 2 groups committing asynchronously to the parameter server every 8 local iterations" in text
+    assert "timed over 3 rounds" in text and "11.0 ms per example" in text

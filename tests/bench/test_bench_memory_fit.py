@@ -30,3 +30,16 @@ def test_report_fits_exact_points_and_predicts_a_left_out_model():
     row = out["points"][0]
     assert set(row) == {"model", "batch", "ways", "device", "measured_mib", "fitted_mib", "counted_mib"}
     assert len(out["points"]) == 3 * 2 * (1 + 2 + 4)
+
+
+def test_report_fits_the_replica_terms_and_its_error_counts_in_the_headroom():
+    import dataclasses
+
+    true = dataclasses.replace(TRUE, replica_factor=1.5, replica_split_bytes=80 * 2 ** 20)
+    replicas = [(m, s, h, true.device_bytes(s, h, k, replica=True), k, i) for m, s, h, _, k, i in _points()]
+    out = memory_fit.report(_points(), ["vgg", "vgg_wide", "vgg16"], replicas=replicas)
+    assert abs(out["model"]["replica_factor"] - 1.5) < 1e-3 and out["replica_max_abs_rel_error"] <= 0.001
+    assert len(out["replicas"]) == len(replicas) and out["model"]["fit_error"] == out["fitted_max_abs_rel_error"]
+    off = [(m, s, h, p * (1.3 if k == 4 else 1.0), k, i) for m, s, h, p, k, i in replicas]  # four-way peaks 30% over
+    worse = memory_fit.report(_points(), ["vgg", "vgg_wide", "vgg16"], replicas=off)
+    assert worse["fitted_max_abs_rel_error"] == worse["replica_max_abs_rel_error"] > 0.05

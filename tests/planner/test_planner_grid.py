@@ -54,6 +54,25 @@ def test_slow_links_prefer_data_parallel_groups():
     assert result.examples_per_sec == pytest.approx(sum(32000 / (p.step_ms + p.ps_sync_ms / 8) for p in preds) / 1.3)
 
 
+def test_plans_keep_the_memory_models_headroom_below_every_budget():
+    from edgemesh_tf.planner import cost
+
+    need = plan(_homo(4, bw=1000, lat=0.3), VGG32, groups=1, batch=16, memory_margin=1.0).groups[0]
+    tight = max(need.prediction.memory_bytes)  # budgets a margin-less four-way plan fits
+    squeezed = plan(_homo(4, bw=1000, lat=0.3, mem=tight), VGG32, batch=16, memory_margin=1.0)
+    assert all(m <= tight for g in squeezed.groups for m in g.prediction.memory_bytes)
+    for margin in (1.5, None):  # None: the shipped fit's headroom
+        factor = cost.MEMORY.headroom if margin is None else margin
+        try:
+            got = plan(_homo(4, bw=1000, lat=0.3, mem=tight), VGG32, batch=16, memory_margin=margin)
+        except PlanError as e:
+            assert "over the memory margin x%.3f" % factor in str(e)
+            continue
+        assert all(m * factor <= tight * 1.0001 for g in got.groups for m in g.prediction.memory_bytes)
+    with pytest.raises(ValueError, match="memory_margin must be a number >= 1"):
+        plan(_homo(2), VGG32, memory_margin=0.9)
+
+
 def test_forced_groups_and_memory_error():
     result = plan(_homo(4, bw=100, lat=1), VGG32, groups=2, batch=16)
     assert len(result.groups) == 2 and all(g.batch == 16 for g in result.groups)
