@@ -366,6 +366,7 @@ def main():
         out[f"{m}_plan"] = {"kind": p.kind, "split_dims": split_dims(p), "predicted_examples_per_sec":
                             round(p.examples_per_sec, 2), "alternatives": {k: round(v, 2) for k, v in p.alternatives},
                             "candidates": {k: round(v, 2) for k, v in p.candidates}, "commit_interval": every,
+                            "idle": list(p.idle),
                             "groups": [{"devices": list(g.names), "sizes": {k: list(v) for k, v in g.layout.sizes},
                                         "predicted_step_ms": round(per_iteration_ms(g.prediction, every), 1),
                                         "predicted_ps_sync_ms": round(g.prediction.ps_sync_ms, 1),

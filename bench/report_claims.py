@@ -53,6 +53,9 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
                if len(g.get("predicted_comm_ms", ())) > 1 else "")
             for g in p.get("groups", [])))
     hp, hd = res.get("hybrid_plan") or {}, modes.get("hybrid", {})
+    if hp.get("idle"):
+        text.append(f"- The plan leaves {', '.join(hp['idle'])} idle: by the cost and memory models (with the memory "
+                    "model's headroom below each budget) no group is faster with them.")
     if hp.get("commit_interval") and hd.get("effective_ms_per_example"):
         text.append(f"- `hybrid`: {len(hp['groups'])} groups committing asynchronously to the parameter server every "
                     f"{hp['commit_interval']} local iterations (the default strategy's, as `edgemesh run` plans), each "

@@ -143,10 +143,11 @@ def test_a_multi_group_hybrid_pays_its_commits_and_is_reported_with_its_stalenes
     assert claims.mode_commits("hybrid", plans, "/job:ps/task:0", 8) == ("/job:ps/task:0", 8)
     assert claims.mode_commits("hybrid", {"hybrid": NS(groups=("g0",))}, "/job:ps/task:0", 8) is None
     res = _result()
-    res["hybrid_plan"].update(commit_interval=8, groups=[{"devices": ["a"], "sizes": {}},
+    res["hybrid_plan"].update(commit_interval=8, idle=["d"], groups=[{"devices": ["a"], "sizes": {}},
                                                          {"devices": ["b", "c"], "sizes": {"conv1": [40, 24]}}])
     res["modes"]["hybrid"].update(rounds=3, effective_ms_per_example=11.0)
     res["checks"] = claims.claims(res)
     text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
     assert "`hybrid`: 2 groups committing asynchronously to the parameter server every 8 local iterations" in text
     assert "timed over 3 rounds" in text and "11.0 ms per example" in text
+    assert "The plan leaves d idle" in text
