@@ -59,10 +59,9 @@ from edgemesh_tf.mesh.layout import Layout, even_split_layout, single_device_lay
 from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import model_stats, plan, predict  # noqa: E402
 from edgemesh_tf.planner.grid import GroupPlan  # noqa: E402
-from edgemesh_tf.profile.profiler import read_vm_kb  # noqa: E402
 from edgemesh_tf.planner.calibrate import calibrated, steps_to_time  # noqa: E402
 from edgemesh_tf.profile.run import budgets, profile_workers  # noqa: E402
-from edgemesh_tf.profile.step_timer import LayoutRunner, reset_peak  # noqa: E402
+from edgemesh_tf.profile.step_timer import LayoutRunner, PeakWatch  # noqa: E402
 
 PAPER = {"delay_reduction_x": 3.2, "memory_change": -0.43}
 THRESHOLDS = {"delay_mean_alone_over_hybrid": 3.2, "delay_fastest_alone_over_hybrid": 1.5,
@@ -173,11 +172,8 @@ def peak_memory(cluster, spec, mode, plans, batch, dp_shares, commit_every, step
         layouts = mode_layouts(mode, plans, em.device, batch, dp_shares)
         by_device = {em.device(n): n for n in em.devices}
         used = sorted({by_device[d] for lay, _ in layouts for d in lay.devices})
-        pids = {n: em.devices[n].pid for n in used}
-        before = {}
-        for n in used:
-            reset_peak(pids[n])
-            before[n] = read_vm_kb(pids[n], "VmRSS")
+        watch = PeakWatch({n: em.devices[n].pid for n in used})
+
         def run():
             runner = ModeRunner(spec, layouts, em.session_target, cluster.master.device_string, mode,
                                 mode_commits(mode, plans, em.device(ps_name(cluster)), commit_every))
@@ -190,8 +186,7 @@ def peak_memory(cluster, spec, mode, plans, batch, dp_shares, commit_every, step
         except DeviceDied as dead:  # the runner is left to the teardown: closing it waits on the dead server
             return {"out_of_memory": str(dead), "devices": used}
         runner.close()
-        return {"peak_bytes": {n: max(0, read_vm_kb(pids[n], "VmHWM") - before[n]) * 1024 for n in used},
-                "devices": used}
+        return {"peak_bytes": watch.peaks(), "devices": used}
 
 
 def ps_name(cluster) -> str:

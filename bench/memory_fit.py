@@ -13,8 +13,9 @@ prediction, the largest relative error of each, and the fit's error on each mode
 is left out of the fit (how well it predicts a model it has not seen). The engine replicas of
 --replica-models (engine/round_timer.py: its anchors, residuals and the pull's and push's buffers,
 the session again on a chief), split the same ways at the largest batch, fit the replica terms:
-their peaks less the plain fit's prediction, against P / k and whether the group is split. The fit's error over all points is the
-planner's memory headroom (planner/grid.py). --write stores the fit in
+their peaks less the plain fit's prediction, against P / k and whether the group is split. The
+fit's error over all points is the planner's memory headroom (planner/grid.py). --write stores the
+fit in
 edgemesh_tf/planner/memory_fit.json, which the planner then uses. Prints one JSON object.
 """
 import argparse
@@ -76,18 +77,13 @@ def measure_replica(spec, batch: int, ways: int, rounds: int) -> list[tuple[list
     pull, a local iteration, a dense push, `rounds` times) of `spec` split evenly over `ways`, its
     session hosted apart on the chief as in `measure`."""
     from edgemesh_tf.engine.round_timer import RoundRunner
-    from edgemesh_tf.profile.profiler import read_vm_kb
-    from edgemesh_tf.profile.step_timer import reset_peak
+    from edgemesh_tf.profile.step_timer import PeakWatch
     cluster = _testbed(ways)
     names = [d.name for d in cluster.workers]
     stats = model_stats(spec, batch)
     with emulated_cluster(cluster, network="userspace", compute="off", memory="off") as em:
         layout, shares = _even(spec, [em.device(n) for n in names])
-        pids = {n: em.devices[n].pid for n in names}
-        before = {}
-        for n in names:
-            reset_peak(pids[n])
-            before[n] = read_vm_kb(pids[n], "VmRSS")
+        watch = PeakWatch({n: em.devices[n].pid for n in names})
         runner = RoundRunner(spec, layout, batch, em.session_target, ps_device=em.device("ps0"), group="g",
                              groups=["g"], local_steps=1, initialize_ps=True)
         try:
@@ -95,15 +91,15 @@ def measure_replica(spec, batch: int, ways: int, rounds: int) -> list[tuple[list
                 runner.round_ms()
         finally:
             runner.close()
-        return [(_held(stats, shares, i), max(0, read_vm_kb(pids[n], "VmHWM") - before[n]) * 1024)
-                for i, n in enumerate(names)]
+        peaks = watch.peaks()
+    return [(_held(stats, shares, i), peaks[n]) for i, n in enumerate(names)]
 
 
 def report(points, models, sessions=(), replicas=()) -> dict:
     """The fit, every point's predictions, and the leave-one-model-out errors (pure). points: [(model,
     ModelStats, units held per dim, peak bytes, ways, device index)]; sessions: [(model, ModelStats,
     ways, peak bytes of the session's host)]; replicas: points of engine replicas (as points), which
-    fit the replica factor. The fit's error (its headroom in the planner) is the largest over both."""
+    fit the replica terms. The fit's error (its headroom in the planner) is the largest over both."""
     fit_points = lambda pts: [(s, h, w, p) for _, s, h, p, w, _ in pts]
     fitted = memory.fit(fit_points(points), [(s, w, p) for _, s, w, p in sessions], source="bench/memory_fit.py")
     if replicas:
@@ -148,7 +144,7 @@ def main():
     ap.add_argument("--dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--replica-models", default="vgg16,vgg_wide",
-                    help="models whose engine replicas are measured at the largest batch (the replica factor)")
+                    help="models whose engine replicas are measured at the largest batch (the replica terms)")
     ap.add_argument("--write", action="store_true", help="store the fit in " + memory.FIT_PATH)
     args = ap.parse_args()
     t0 = time.time()

@@ -62,6 +62,20 @@ class LayoutRunner:
         self.sess.close()
 
 
+class PeakWatch:
+    """Each process's peak resident memory from now on, above its RSS now (bytes): peaks() after
+    the work. pids: {name: pid}."""
+
+    def __init__(self, pids: Mapping[str, int]):
+        self.pids, self.before = dict(pids), {}
+        for name, pid in self.pids.items():
+            reset_peak(pid)
+            self.before[name] = read_vm_kb(pid, "VmRSS")
+
+    def peaks(self) -> dict[str, int]:
+        return {n: max(0, read_vm_kb(pid, "VmHWM") - self.before[n]) * 1024 for n, pid in self.pids.items()}
+
+
 def measure_side_by_side(runners: Mapping[str, LayoutRunner], steps: int, round_steps: int = 3,
                          warmup: int = 3) -> dict[str, list[float]]:
     """Interleaves rounds of ``round_steps`` steps per runner until each has ``steps`` timings, so
@@ -80,15 +94,12 @@ def measure_memory(spec: ModelSpec, layout: Layout, batch: int, session_target: 
                    pids: Mapping[str, int], devices: Sequence[str], steps: int = 5) -> StepMeasurement:
     """Peak memory of each server in ``devices`` (names into ``pids``) while training ``layout``."""
     tf.Session.reset(session_target)
-    before = {}
-    for name in devices:
-        reset_peak(pids[name])
-        before[name] = read_vm_kb(pids[name], "VmRSS")
+    watch = PeakWatch({n: pids[n] for n in devices})
     runner = LayoutRunner(spec, layout, batch, session_target, master_device)
     try:
         times = [runner.step_ms() for _ in range(steps)]
     finally:
         runner.close()
-    peak = {n: max(0, read_vm_kb(pids[n], "VmHWM") - before[n]) * 1024 for n in devices}
+    peak = watch.peaks()
     tf.Session.reset(session_target)
     return StepMeasurement(tuple(times), peak)
