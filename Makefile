@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?=
 QUICK ?=
 
-.PHONY: install browser run test test-fast bench bench-variants bench-final bench-wifi clean
+.PHONY: install browser run test test-fast bench bench-variants bench-final bench-wifi bench-pi4 clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ bench-final: install
 # The cost model's shared medium against the testbed's Wi-Fi channel (layouts/pi4wifi.yaml), ~10 min, into the same report.
 bench-wifi: install
 	$(BIN)/python bench/suite.py --only planner_wifi $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+
+# The cost model of VGG-16 on the Pi-class cluster over two rounds (layouts/pi4.yaml), ~15 min, into the same report.
+bench-pi4: install
+	$(BIN)/python bench/suite.py --only planner_pi4 $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

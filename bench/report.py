@@ -16,8 +16,8 @@ from report_final import final_section
 from report_tta import tta_section, tta_variants_section
 
 ORDER = ("uneven_split", "emulation", "emulation_pi4", "planner", "edgemesh_claims", "time_to_accuracy", "faults",
-         "tta_variants", "final_accuracy", "planner_wifi")
-NOT_IN_MAKE_BENCH = ("tta_variants", "final_accuracy", "planner_wifi")  # run by their own make targets; absent is "not run"
+         "tta_variants", "final_accuracy", "planner_wifi", "planner_pi4")
+NOT_IN_MAKE_BENCH = ("tta_variants", "final_accuracy", "planner_wifi", "planner_pi4")  # run by their own make targets; absent is "not run"
 
 
 def load(results_dir: str) -> tuple[dict, dict]:
@@ -161,7 +161,9 @@ SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, 
             "tta_variants": tta_variants_section, "final_accuracy": final_section,
             "emulation_pi4": lambda rec, out: emulation_section(rec, out, "emulation_pi4"),
             "planner_wifi": lambda rec, out: planner_section(rec, out, "planner_wifi",
-                                                             " on a shared Wi-Fi channel (`make bench-wifi`)")}
+                                                             " on a shared Wi-Fi channel (`make bench-wifi`)"),
+            "planner_pi4": lambda rec, out: planner_section(rec, out, "planner_pi4",
+                                                            " of VGG-16 on the Pi-class cluster (`make bench-pi4`)")}
 
 
 def make_bench_seconds(records: dict) -> float:
@@ -194,8 +196,8 @@ def render(results_dir: str, out_dir: str) -> str:
     head.append(f"`make bench` as recorded here (the sum of its benchmarks' latest times): "
                 f"{fmt(make_bench_seconds(records), 0)} s = {fmt(make_bench_seconds(records) / 60, 1)} min.\n")
     body = []
-    for name in ("time_to_accuracy", "tta_variants", "final_accuracy", "edgemesh_claims", "planner", "planner_wifi",
-                 "emulation", "emulation_pi4", "uneven_split", "faults"):
+    for name in ("time_to_accuracy", "tta_variants", "final_accuracy", "edgemesh_claims", "planner", "planner_pi4",
+                 "planner_wifi", "emulation", "emulation_pi4", "uneven_split", "faults"):
         text, _ = SECTIONS[name](records[name], out_dir)
         body.append(text)
     failed = [r for r in records.values() if r.get("status") != "ok" and r.get("stderr_tail")]
