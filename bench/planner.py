@@ -6,7 +6,8 @@
 0. Planning time at scale (no testbed): plans vgg at 32x32 on 16, 64 and 256 synthetic devices
    (1-8 GFLOP/s, 10-1000 Mbit/s, 1-10 ms) and records the seconds, groups and idle devices.
 
-1. Starts the emulated cluster, profiles every worker (edgemesh profile), plans one group over all
+1. Starts the emulated cluster (its memory limits off: each device alone is measured, whatever it
+   may hold), profiles every worker (edgemesh profile), plans one group over all
    workers (edgemesh plan --groups 1) and builds the even split over the same devices.
 2. Measures the planned layout, the even split over every worker, over the three fastest (`even:3`)
    and each worker alone (the groups of the all-replicated alternative) side by side (interleaved rounds) through the servers: median
@@ -181,7 +182,9 @@ def main():
     out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch,
            "planning_s": scale, "planning_256_under_5s": scale["256"]["seconds"] < 5.0}
 
-    with emulated_cluster(cluster) as em:
+    # memory limits off: the layouts measured here include each device alone, which the weakest devices
+    # of a tight cluster cannot hold (pi4's pi2 was OOM-killed holding VGG-16 and the run waited on it)
+    with emulated_cluster(cluster, memory="off") as em:
         reps = [profile_and_measure(em, cluster, spec, args) for _ in range(args.repeats)]
     out.update(reps[0])  # the first round's profile, plan and calibration; the layouts over all rounds below
     out["profile_s"] = [r["profile_s"] for r in reps]
