@@ -17,10 +17,12 @@ ReLU output kept for backward). The factors stand for what the plain count misse
   An engine replica (engine/graph.py) also keeps an anchor and a residual of every whole tensor with
   its master, and its pull and push pass whole tensors through buffers there (`replica=True`).
   Counted: 2 * P / k (the anchor and the residual). Fitted to replicas' peaks less the plain step's
-  fitted prediction (bench/memory_fit.py): about 1.5 * P / k, plus about 80 MiB on every device of
+  fitted prediction (bench/memory_fit.py): about 2.1 * P / k, plus about 80 MiB on every device of
   a split group (the copies between masters and slices around each round, and their transfers'
   buffers), not in proportion to P / k: one factor alone fitted the measured replicas no better
-  than 41%, this pair to 19%.
+  than 41%, this pair to 21%.
+- fit_error: the fit's largest relative error over its measured points, plain and replica; the
+  planner keeps it as headroom below every budget (`headroom`, planner/grid.py).
 - session_bytes, session_factor, session_per_device: the TF master of a session (the graph, its
   optimisation, a partition per device) costs the server it runs on 20-180 MiB, growing with the
   model and the devices (measured: about P + 20 MiB per device). The engine's group
@@ -61,7 +63,7 @@ class MemoryModel:
     session_per_device: float = 0.0
     replica_factor: float = 2.0
     replica_split_bytes: float = 0.0
-    fit_error: float = 0.0  # the fit's largest |predicted / measured - 1| over its measured peaks
+    fit_error: float = 0.0
 
     @property
     def headroom(self) -> float:
