@@ -58,10 +58,10 @@ from edgemesh_tf.mesh.compat import tf  # noqa: E402
 from edgemesh_tf.mesh.layout import Layout, even_split_layout, single_device_layout  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import model_stats, plan, predict  # noqa: E402
-from edgemesh_tf.planner.grid import GroupPlan  # noqa: E402
+from edgemesh_tf.planner.grid import GroupPlan, staleness_charge  # noqa: E402
 from edgemesh_tf.planner.calibrate import calibrated, steps_to_time  # noqa: E402
 from edgemesh_tf.profile.run import budgets, profile_workers  # noqa: E402
-from edgemesh_tf.profile.step_timer import LayoutRunner, PeakWatch  # noqa: E402
+from edgemesh_tf.profile.step_timer import LayoutRunner, PeakWatch, measure_side_by_side  # noqa: E402
 
 PAPER = {"delay_reduction_x": 3.2, "memory_change": -0.43}
 THRESHOLDS = {"delay_mean_alone_over_hybrid": 3.2, "delay_fastest_alone_over_hybrid": 1.5,
@@ -154,12 +154,7 @@ def interleaved(runners, counts, warmup=2, restore_quotas=lambda: None):
         for _ in range(warmup - 1):
             r.step_ms()
         r.own = [[] for _ in r.own]
-    times = {m: [] for m in runners}
-    while any(len(times[m]) < counts[m] for m in runners):
-        for m, r in runners.items():
-            if len(times[m]) < counts[m]:
-                times[m].append(r.step_ms())
-    return times
+    return measure_side_by_side(runners, counts, round_steps=1, warmup=0)
 
 
 def peak_memory(cluster, spec, mode, plans, batch, dp_shares, commit_every, steps=2) -> dict:
@@ -348,10 +343,10 @@ def main():
     out["split_overhead_ms_per_peer"] = {d.name: d.split_overhead_ms for d in cal.devices}
     stats = model_stats(spec, args.batch)
 
-    def uncalibrated_step_ms(names, sizes, commits=None) -> float:
+    def uncalibrated_step_ms(names, sizes, commit_every=None) -> float:
         return round(per_iteration_ms(predict([profile.device(n) for n in names], stats, dict(sizes),
                                               profile_batch=profile.batch,
-                                              ps_bandwidth_mbit=profile.ps_bandwidth_mbit), commits), 1)
+                                              ps_bandwidth_mbit=profile.ps_bandwidth_mbit), commit_every), 1)
 
     plans = {"filter_split": plan(profile, spec, groups=1, batch=args.batch),
              "hybrid": plan(profile, spec, batch=args.batch, commit_interval=args.commit_interval)}
@@ -421,7 +416,7 @@ def main():
     if commits("hybrid", plans) and "hybrid" in timed:
         rec, g = out["modes"]["hybrid"], len(plans["hybrid"].groups)
         rec.update(rounds=rec.pop("steps"), local_steps_per_round=args.commit_interval,
-                   effective_ms_per_example=round(rec["ms_per_example"] * (1 + plans["hybrid"].staleness_penalty * (g - 1)), 3))
+                   effective_ms_per_example=round(rec["ms_per_example"] * staleness_charge(g, plans["hybrid"].staleness_penalty), 3))
     if same_plan and not out["errors"] and "hybrid" in timed:
         out["modes"]["filter_split"] = {**out["modes"]["hybrid"], "same_plan_as": "hybrid"}
         timed.append("filter_split")

@@ -110,7 +110,8 @@ def report(points, models, sessions=(), replicas=()) -> dict:
             for m, s, h, p, w, i in points]
     worst = lambda mm, pts, r=False: round(max(abs(mm.device_bytes(s, h, w, replica=r) / p - 1)
                                                for s, h, w, p in pts), 3)
-    error = max(worst(fitted, fit_points(points)), worst(fitted, fit_points(replicas), True) if replicas else 0.0)
+    replica_error = worst(fitted, fit_points(replicas), True) if replicas else 0.0
+    error = max(worst(fitted, fit_points(points)), replica_error)
     fitted = dataclasses.replace(fitted, fit_error=error)
     out = {"model": fitted.to_dict(), "points": rows, "fitted_max_abs_rel_error": error,
            "counted_max_abs_rel_error": worst(memory.COUNTED, fit_points(points))}
@@ -118,7 +119,7 @@ def report(points, models, sessions=(), replicas=()) -> dict:
         out["replicas"] = [{"model": m, "batch": s.batch, "ways": w, "device": i, "measured_mib": round(p / 2 ** 20, 1),
                             "fitted_mib": mib(fitted, s, h, w, True), "counted_mib": mib(memory.COUNTED, s, h, w, True)}
                            for m, s, h, p, w, i in replicas]
-        out["replica_max_abs_rel_error"] = worst(fitted, fit_points(replicas), True)
+        out["replica_max_abs_rel_error"] = replica_error
     held_out = {}
     for m in models:
         rest = fit_points([pt for pt in points if pt[0] != m])

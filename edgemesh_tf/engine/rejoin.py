@@ -42,7 +42,9 @@ def replan_layout(cfg: JobConfig, group: GroupSpec, names: list[str]) -> tuple[d
     from edgemesh_tf.planner.model_stats import model_stats
     from edgemesh_tf.profile.types import load_profile
 
-    profile = load_profile(cfg.profile_path)
+    from edgemesh_tf.planner.grid import within_margin
+
+    profile = within_margin(load_profile(cfg.profile_path))  # the memory model's headroom, as every plan keeps
     data = load_dataset(cfg.dataset, cfg.data_path)
     spec = get_model(cfg.model, data.image_shape, data.num_classes)
     # subsets: the planner may leave a device out when the group is faster without it

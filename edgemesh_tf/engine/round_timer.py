@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from edgemesh_tf.engine.graph import build_replica_graph
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.profile.step_timer import random_feed
 
 PS_WAIT_S = 60.0  # the longest a group waits for the first group to initialise the global model
 
@@ -47,10 +46,7 @@ class RoundRunner:
                                  timeout_s=PS_WAIT_S)
         else:
             self.g.ps.wait_until_initialized(self.sess, timeout_s=PS_WAIT_S)
-        rng = np.random.RandomState(seed)
-        t = self.g.train
-        self.feed = {t.images: rng.rand(batch, *spec.image_shape).astype(np.float32),
-                     t.labels: rng.randint(0, spec.num_classes, batch).astype(np.int32)}
+        self.feed = random_feed(self.g.train, spec, batch, seed)
 
     def round_ms(self) -> float:
         """One round (pull, H steps, push); its wall time (ms)."""

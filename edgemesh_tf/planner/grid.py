@@ -57,7 +57,8 @@ LOCAL_SEARCH_DEVICES = 16
 SCREEN_GROUP = 16  # above LOCAL_SEARCH_DEVICES devices, seeds have groups of at most this many devices
 MAX_ROUNDS = 30
 
-__all__ = ["GroupPlan", "Plan", "STALENESS_PENALTY", "capability_groups", "plan", "speed", "throughput"]
+__all__ = ["GroupPlan", "Plan", "STALENESS_PENALTY", "capability_groups", "plan", "speed", "staleness_charge", "throughput",
+           "within_margin"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,11 +111,18 @@ def throughput(preds: Sequence[GroupPrediction], batch: int, commit_interval: in
     """Effective examples/s of groups that each process ``batch`` examples per step (see above)."""
     g = len(preds)
     raw = sum(batch * 1000.0 / (p.step_ms + (p.ps_sync_ms / commit_interval if g > 1 else 0.0)) for p in preds)
-    return raw / (1.0 + staleness_penalty * (g - 1))
+    return raw / staleness_charge(g, staleness_penalty)
 
 
-def within_margin(profile: Profile, margin: float) -> Profile:
-    """``profile`` with every device's memory budget divided by ``margin`` (what a plan may predict)."""
+def staleness_charge(groups: int, staleness_penalty: float = STALENESS_PENALTY) -> float:
+    """What an asynchronous example of ``groups`` committing groups costs in synchronous ones: 1 + s (G - 1)."""
+    return 1.0 + staleness_penalty * (groups - 1)
+
+
+def within_margin(profile: Profile, margin: float | None = None) -> Profile:
+    """``profile`` with every device's memory budget divided by ``margin`` (what a plan may predict;
+    default: the memory model's headroom)."""
+    margin = cost.MEMORY.headroom if margin is None else margin
     if margin == 1:
         return profile
     return dataclasses.replace(profile, devices=tuple(

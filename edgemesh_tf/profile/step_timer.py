@@ -40,6 +40,14 @@ def reset_peak(pid: int) -> None:
         pass
 
 
+def random_feed(graph, spec: ModelSpec, batch: int, seed: int = 0) -> dict:
+    """A fixed batch of random images and labels for ``graph``'s (a TrainGraph's) placeholders: a
+    step's time does not depend on the values."""
+    rng = np.random.RandomState(seed)
+    return {graph.images: rng.rand(batch, *spec.image_shape).astype(np.float32),
+            graph.labels: rng.randint(0, spec.num_classes, batch).astype(np.int32)}
+
+
 class LayoutRunner:
     """A built training step of ``layout`` on a cluster, ready to time; close() frees the session."""
 
@@ -49,9 +57,7 @@ class LayoutRunner:
                                        master_device=master_device, container=container)
         self.sess = tf.Session(session_target, graph=self.graph.graph)
         restore_or_init(self.sess, self.graph, checkpoint_dir=None)
-        rng = np.random.RandomState(seed)
-        self.feed = {self.graph.images: rng.rand(batch, *spec.image_shape).astype(np.float32),
-                     self.graph.labels: rng.randint(0, spec.num_classes, batch).astype(np.int32)}
+        self.feed = random_feed(self.graph, spec, batch, seed)
 
     def step_ms(self) -> float:
         t0 = time.perf_counter()
@@ -76,17 +82,20 @@ class PeakWatch:
         return {n: max(0, read_vm_kb(pid, "VmHWM") - self.before[n]) * 1024 for n, pid in self.pids.items()}
 
 
-def measure_side_by_side(runners: Mapping[str, LayoutRunner], steps: int, round_steps: int = 3,
+def measure_side_by_side(runners: Mapping[str, LayoutRunner], steps: int | Mapping[str, int], round_steps: int = 3,
                          warmup: int = 3) -> dict[str, list[float]]:
-    """Interleaves rounds of ``round_steps`` steps per runner until each has ``steps`` timings, so
-    that a shared machine's noise hits every configuration alike."""
+    """Interleaves rounds of ``round_steps`` steps per runner until each has ``steps`` timings (or
+    ``steps[name]``, a count per runner), so that a shared machine's noise hits every configuration
+    alike. A runner is anything with step_ms()."""
+    need = steps if isinstance(steps, Mapping) else {k: steps for k in runners}
     for r in runners.values():
         for _ in range(warmup):
             r.step_ms()
     times: dict[str, list[float]] = {k: [] for k in runners}
-    while min(len(v) for v in times.values()) < steps:
+    while any(len(times[k]) < need[k] for k in runners):
         for name, r in runners.items():
-            times[name] += [r.step_ms() for _ in range(round_steps)]
+            if len(times[name]) < need[name]:
+                times[name] += [r.step_ms() for _ in range(round_steps)]
     return times
 
 
