@@ -4,7 +4,7 @@
 
 Without --only it runs every benchmark but the variant table (`tta_variants`, ~30 min), the final
 accuracy against BSP converged (`final_accuracy`, ~45 min), the planner on Wi-Fi (`planner_wifi`,
-~10 min) and on the Pi-class cluster over rounds (`planner_pi4`, ~15 min), which `make bench-variants`,
+~10 min) and on the Pi-class cluster over three rounds (`planner_pi4`, ~22 min), which `make bench-variants`,
 `make bench-final`, `make bench-wifi` and `make bench-pi4` run (--only NAME) so that `make bench`
 stays within an hour.
 
@@ -95,7 +95,7 @@ BENCHES = (
     # the cost model on the Pi-class cluster over rounds (the claims check it on one profile, which this
     # machine's drift can decide), ~15 min: kept out of `make bench` (<= 60 min), run by `make bench-pi4`
     Bench("planner_pi4", "planner.py", PI4 + ("--model", "vgg16", "--dataset", "digits32", "--batch", "32",
-                                              "--steps", "5", "--repeats", "2", "--memory_models", ""),
+                                              "--steps", "5", "--repeats", "3", "--memory_models", ""),
           PI4 + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 2400),
 )
 
