@@ -50,11 +50,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster  # noqa: E402
+from edgemesh_tf.cluster.watch import DeviceDied, watched  # noqa: E402
 from edgemesh_tf.data import IMAGE_SHAPES  # noqa: E402
 from edgemesh_tf.engine.config import SyncConfig  # noqa: E402
 from edgemesh_tf.engine.round_timer import RoundRunner  # noqa: E402
 from edgemesh_tf.engine.rules import commit_interval  # noqa: E402
-from edgemesh_tf.mesh.compat import tf  # noqa: E402
 from edgemesh_tf.mesh.layout import Layout, even_split_layout, single_device_layout  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import model_stats, plan, predict  # noqa: E402
@@ -177,7 +177,7 @@ def peak_memory(cluster, spec, mode, plans, batch, dp_shares, commit_every, step
             return runner
 
         try:
-            runner = _watched(run, em.check, MODE_TIMEOUT_S, "mode %s" % mode)
+            runner = watched(run, em.check, MODE_TIMEOUT_S, "mode %s" % mode)
         except DeviceDied as dead:  # the runner is left to the teardown: closing it waits on the dead server
             return {"out_of_memory": str(dead), "devices": used}
         runner.close()
@@ -189,40 +189,6 @@ def ps_name(cluster) -> str:
 
 
 MODE_TIMEOUT_S = 900.0  # set-up and steps of one mode in the memory phase (VGG-16 on a 0.15-core device: ~3 s a step)
-
-
-class DeviceDied(RuntimeError):
-    """A device's server exited while a mode ran (past its memory budget, the kernel killed it)."""
-
-
-def _watched(fn, check, timeout_s: float, what: str, poll_s: float = 0.5):
-    """Runs fn() in a thread; raises DeviceDied as soon as check() reports a dead server (a session
-    waits on a dead server's RPCs for minutes), TimeoutError after timeout_s naming `what`."""
-    pool = concurrent.futures.ThreadPoolExecutor(1)
-    future = pool.submit(fn)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            try:
-                return future.result(timeout=poll_s)
-            except concurrent.futures.TimeoutError:
-                pass
-            except tf.errors.OpError:
-                time.sleep(1.0)  # the OOM kill may reach the client first; let the process be reaped
-                _raise_if_dead(check)
-                raise
-            _raise_if_dead(check)
-            if time.monotonic() > deadline:
-                raise TimeoutError("%s: no result after %.0f s and no device died" % (what, timeout_s))
-    finally:
-        pool.shutdown(wait=False)  # a run stuck on a dead server ends when the testbed is torn down
-
-
-def _raise_if_dead(check):
-    try:
-        check()
-    except RuntimeError as e:
-        raise DeviceDied(str(e)) from None
 
 
 def _progress(what: str, t_start: float) -> None:

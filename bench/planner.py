@@ -36,6 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
+from edgemesh_tf.cluster.watch import watched
 from edgemesh_tf.data import IMAGE_SHAPES
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout
@@ -163,6 +164,8 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=15, help="timed steps per layout and round")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of profiling, planning and measuring")
+    ap.add_argument("--round_timeout", type=float, default=1800.0,
+                    help="seconds a round may take (VGG-16 on pi4: ~450) before the benchmark fails naming it")
     ap.add_argument("--memory_models", default="vgg_wide,vgg", help="models of the memory comparison ('' for none)")
     ap.add_argument("--memory_dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
     ap.add_argument("--memory_batch", type=int, default=16)
@@ -185,7 +188,10 @@ def main():
     # memory limits off: the layouts measured here include each device alone, which the weakest devices
     # of a tight cluster cannot hold (pi4's pi2 was OOM-killed holding VGG-16 and the run waited on it)
     with emulated_cluster(cluster, memory="off") as em:
-        reps = [profile_and_measure(em, cluster, spec, args) for _ in range(args.repeats)]
+        # bounded: a session on a dead server waits on its RPCs for minutes (cluster/watch.py)
+        reps = [watched(lambda: profile_and_measure(em, cluster, spec, args), em.check, args.round_timeout,
+                        "round %d of %d (profile, plan, measure)" % (i + 1, args.repeats))
+                for i in range(args.repeats)]
     out.update(reps[0])  # the first round's profile, plan and calibration; the layouts over all rounds below
     out["profile_s"] = [r["profile_s"] for r in reps]
     out["planned_layouts"] = [r["planned_layout"] for r in reps]
@@ -211,8 +217,9 @@ def main():
                 else:
                     layout = even_split_layout(mem_spec.split_dims(), [em.device(n) for n in workers])[0]
                     devs = workers
-                peaks[mode] = measure_memory(mem_spec, layout, args.memory_batch, em.session_target, master, pids,
-                                             devs, steps=2).peak_bytes
+                peaks[mode] = watched(lambda: measure_memory(mem_spec, layout, args.memory_batch, em.session_target,
+                                                             master, pids, devs, steps=2).peak_bytes,
+                                      em.check, args.round_timeout, "memory of %s, %s" % (model, mode))
         out["memory"][model] = {
             "dataset": args.memory_dataset, "batch": args.memory_batch,
             "one_device_peak_bytes": peaks["one_device"], "filter_split_peak_bytes": peaks["filter_split"],

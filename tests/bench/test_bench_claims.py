@@ -93,24 +93,6 @@ def test_report_shows_modes_out_of_memory_and_claims(tmp_path):
     assert plots == ["claims.png"] and (tmp_path / "claims.png").exists()
 
 
-def test_a_dead_device_ends_the_mode_at_once_and_is_named():
-    import time
-
-    start = time.monotonic()
-    dead_at = start + 0.3
-
-    def check():
-        if time.monotonic() > dead_at:
-            raise RuntimeError("emulated cluster x: process exited: pi3 (pid 1, exit code -9, ...) out of memory")
-
-    with pytest.raises(claims.DeviceDied, match="pi3 .*out of memory"):
-        claims._watched(lambda: time.sleep(30), check, 60, "mode alone:pi3", poll_s=0.05)
-    assert time.monotonic() - start < 5  # not the step's own wait on the dead server
-    assert claims._watched(lambda: 7, lambda: None, 5, "mode x") == 7
-    with pytest.raises(TimeoutError, match="mode hybrid: no result after 0 s"):
-        claims._watched(lambda: time.sleep(2), lambda: None, 0.2, "mode hybrid", poll_s=0.05)
-
-
 def test_quotas_are_restored_after_each_first_run_and_before_any_counted_step():
     events = []
 
