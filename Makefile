@@ -50,7 +50,7 @@ bench-final: install
 bench-wifi: install
 	$(BIN)/python bench/suite.py --only planner_wifi $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
-# The cost model of VGG-16 on the Pi-class cluster over two rounds (layouts/pi4.yaml), ~15 min, into the same report.
+# The cost model of VGG-16 on the Pi-class cluster over three rounds (layouts/pi4.yaml), ~22 min, into the same report.
 bench-pi4: install
 	$(BIN)/python bench/suite.py --only planner_pi4 $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 

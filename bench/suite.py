@@ -93,7 +93,7 @@ BENCHES = (
                                                    "--steps", "8", "--memory_models", ""),
           PI4WIFI + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 1800),
     # the cost model on the Pi-class cluster over rounds (the claims check it on one profile, which this
-    # machine's drift can decide), ~15 min: kept out of `make bench` (<= 60 min), run by `make bench-pi4`
+    # machine's drift can decide), ~22 min: kept out of `make bench` (<= 60 min), run by `make bench-pi4`
     Bench("planner_pi4", "planner.py", PI4 + ("--model", "vgg16", "--dataset", "digits32", "--batch", "32",
                                               "--steps", "5", "--repeats", "3", "--memory_models", ""),
           PI4 + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 2400),
