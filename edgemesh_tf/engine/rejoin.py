@@ -27,8 +27,8 @@ ANSWER_TIMEOUT_S = 0.5
 
 def replan_layout(cfg: JobConfig, group: GroupSpec, names: list[str]) -> tuple[dict, str]:
     """(Layout dict, how it was made) of `group` on its devices `names` (cluster names, in the
-    group's ring order): the planner's filter division from the job's profile (`cfg.profile_path`);
-    without one, the fastest of them (the cluster file's speed) holds the whole model. Raises
+    group's ring order): the planner's filter division from the job's profile (`cfg.profile_path`,
+    calibrated as `planner.plan` calibrates it); without one, the fastest of them (the cluster file's speed) holds the whole model. Raises
     ValueError (the planner's PlanError) if no division fits the devices' memory."""
     by_name = {n: d for d, n in cfg.device_names.items()}
     if not cfg.profile_path:
@@ -42,11 +42,13 @@ def replan_layout(cfg: JobConfig, group: GroupSpec, names: list[str]) -> tuple[d
     from edgemesh_tf.planner.model_stats import model_stats
     from edgemesh_tf.profile.types import load_profile
 
+    from edgemesh_tf.planner.calibrate import calibrated
     from edgemesh_tf.planner.grid import within_margin
 
-    profile = within_margin(load_profile(cfg.profile_path))  # the memory model's headroom, as every plan keeps
     data = load_dataset(cfg.dataset, cfg.data_path)
     spec = get_model(cfg.model, data.image_shape, data.num_classes)
+    # as every plan: calibrated by the steps timed while profiling, the memory model's headroom kept
+    profile = within_margin(calibrated(load_profile(cfg.profile_path), spec))
     # subsets: the planner may leave a device out when the group is faster without it
     division = divide([profile.device(n) for n in names], model_stats(spec, group.batch_size),
                       profile_batch=profile.batch, ps_bandwidth_mbit=profile.ps_bandwidth_mbit, subsets=True)

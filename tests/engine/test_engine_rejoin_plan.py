@@ -51,6 +51,30 @@ def test_replan_divides_filters_over_the_devices_left_by_the_profile(tmp_path):
     assert "whole model on c" in how
 
 
+def test_replan_is_calibrated_by_the_steps_timed_while_profiling(tmp_path):
+    """c's whole step was timed at 3x what its layers add up to (a throttled device), a's as they add up:
+    the re-plan, as every plan, believes the steps, so c takes fewer filters than its layers alone say."""
+    import dataclasses
+
+    from edgemesh_tf.planner import cost
+    from edgemesh_tf.profile.types import load_profile
+
+    cfg = _cfg(tmp_path)
+    before, _ = rejoin.replan_layout(cfg, cfg.groups[0], ["a", "c"])
+    prof = load_profile(cfg.profile_path)
+    stats = model_stats(get_model("vgg", load_dataset("digits").image_shape, 10), prof.batch)
+
+    def timed(d, factor):
+        pred = cost.predict([d], stats, {})
+        return dataclasses.replace(d, whole_step_ms=pred.step_ms + (factor - 1) * pred.compute_ms[0])
+    devices = tuple(timed(d, {"a": 1.0, "c": 3.0}.get(d.name, 1.0)) for d in prof.devices)
+    save_profile(dataclasses.replace(prof, devices=devices), cfg.profile_path)
+    after, how = rejoin.replan_layout(cfg, cfg.groups[0], ["a", "c"])
+    c_before = sum(s[1] for s in before.get("sizes", {}).values())
+    c_after = sum(s[1] for s in after.get("sizes", {}).values()) if len(after["devices"]) == 2 else 0
+    assert c_after < c_before, (before, after, how)
+
+
 class FakeGroups:
     def __init__(self, names):
         self.restarts = {g: 0 for g in names}
