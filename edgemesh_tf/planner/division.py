@@ -96,21 +96,23 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
     medium = media.exchange_ms(co.medium_out, None, co.units)
     if medium:
         floor = max(floor, max(o) + medium)
-    # per device: lo (floor from receiving) and two caps (compute level, sending); the effective cap is their min
-    lo, cap = [1] * k, {_COMPUTE_CAP: [0] * k, _SEND_CAP: list(caps)}
-    eff = lambda i: min(cap[_COMPUTE_CAP][i], cap[_SEND_CAP][i])
+    # per device: lo (floor from receiving) and two caps (compute level, sending); the effective cap
+    # eff is their min. Kept up to date incrementally: this is the planner's innermost loop.
+    lo, ccap, scap = [1] * k, [0] * k, list(caps)
+    eff = [0] * k
     state = [0, k, k]  # sum of effective caps, sum of floors, devices with lo > effective cap
+    rows = {_FLOOR: lo, _COMPUTE_CAP: ccap, _SEND_CAP: scap}
 
     def change(i, kind, value):
         """Sets device i's bound of ``kind`` (_FLOOR, _COMPUTE_CAP, _SEND_CAP) to value; returns the old."""
-        state[0] -= eff(i)
-        state[1] -= lo[i]
-        state[2] -= lo[i] > eff(i)
-        row = lo if kind == _FLOOR else cap[kind]
+        row = rows[kind]
         old, row[i] = row[i], value
-        state[0] += eff(i)
-        state[1] += lo[i]
-        state[2] += lo[i] > eff(i)
+        e_old, lo_old = eff[i], (lo[i] if kind != _FLOOR else old)
+        e = ccap[i] if ccap[i] < scap[i] else scap[i]
+        eff[i] = e
+        state[0] += e - e_old
+        state[1] += lo[i] - lo_old
+        state[2] += (lo[i] > e) - (lo_old > e_old)
         return old
 
     best, p, t = None, 0, 0
@@ -137,7 +139,7 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
             p = j
         total = level + max(c_ev[p][0] if p < len(c_ev) else 0.0, floor)
         if best is None or total < best[0]:
-            best = (total, [eff(i) for i in range(k)], list(lo))
+            best = (total, list(eff), list(lo))
     if best is None:
         return None
     _, hi, n = best
