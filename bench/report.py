@@ -72,11 +72,14 @@ def planner_section(rec, out_dir, name="planner", where="") -> tuple[str, list[s
     text.append(table(["Layout", "Predicted", "Measured", "Predicted ÷ measured",
                        "Calibrated ÷ measured (`planner/calibrate.py`, not used by the plan)" if old
                        else "Uncalibrated ÷ measured (layer times as profiled)", "Steps"], rows) + "\n")
-    lay = res.get("planned_layout")
-    if lay:
-        split = {d: v for d, v in lay["sizes"].items() if v != "replicated"}
-        text.append(f"The one-group plan: {', '.join(lay['devices'])}, "
-                    + (", ".join(f"{d} {v}" for d, v in split.items()) if split else "every layer whole") + ".\n")
+    describe = lambda lay: ", ".join(lay["devices"]) + ", " + (", ".join(
+        f"{d} {v}" for d, v in lay["sizes"].items() if v != "replicated") or "every layer whole")
+    plans = res.get("planned_layouts") or [res["planned_layout"]] * bool(res.get("planned_layout"))
+    if plans and all(p == plans[0] for p in plans):
+        text.append(f"The one-group plan: {describe(plans[0])}.\n")
+    elif plans:  # each round plans on its own profile: the planned row compares each with its own plan
+        text.append("The one-group plan of each round: "
+                    + "; ".join(f"round {i + 1}: {describe(p)}" for i, p in enumerate(plans)) + ".\n")
     text.append(f"Planned over even throughput: {fmt(res.get('planned_over_even_throughput'), 3)}×.\n")
     if "prediction_max_error" in res:
         ok = res.get("predictions_within_15pct", res["prediction_max_error"] <= 0.15)  # the benchmark's verdict

@@ -219,6 +219,15 @@ def test_planner_section_shows_every_layout_and_the_prediction_check(tmp_path):
     res.update(repeats=3, repeat_max_errors=[0.25, 0.1, 0.3])
     text, _ = report.planner_section({"status": "ok", "result": res}, str(tmp_path))
     assert "median over 3 rounds" in text and "each round's largest error: 25.0%, 10.0%, 30.0%." in text
+    # each round plans on its own profile: when the plans differ, each is named
+    whole = {"devices": ["edge0"], "sizes": {"conv1": "replicated"}}
+    res.update(planned_layouts=[whole, res["planned_layout"], res["planned_layout"]])
+    text, _ = report.planner_section({"status": "ok", "result": res}, str(tmp_path))
+    assert ("The one-group plan of each round: round 1: edge0, every layer whole; round 2: edge0, edge1, conv1 [20, 12]; "
+            "round 3: edge0, edge1, conv1 [20, 12].") in text
+    res.update(planned_layouts=[res["planned_layout"]] * 3)
+    text, _ = report.planner_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "The one-group plan: edge0, edge1, conv1 [20, 12]." in text and "of each round" not in text
 
 
 def test_planner_layouts_are_medians_over_rounds():
