@@ -1,12 +1,15 @@
 """Measured peak memory per device against the planner's memory model, and the model's fit.
 
     python bench/memory_fit.py [--models vgg,vgg_wide,vgg_m,vgg16] [--batches 8,32] [--ways 1,2,4]
-        [--dataset cifar10] [--steps 3] [--replica-models vgg16,vgg_wide] [--write]
+        [--dataset cifar10] [--steps 10] [--replica-models vgg16,vgg_wide] [--write]
 
 For every model, batch and even filter split over `ways` devices, a fresh set of TF servers (one
 per device, no CPU or memory limit: the peak is what the device needs) trains the split for
 --steps steps; each server's peak resident memory above its idle RSS (VmHWM, `step_timer`) is a
-point. The split's whole (master) tensors are spread over its devices (train/graph.py's default).
+point. Ten steps, not three: a server's peak creeps up over its first steps as freed buffers
+fragment its heap, and levels off by about the tenth (VGG-16 split two ways: a plain step 298 and
+265 MiB after 3 steps, 316 and 329 after 10, 321 and 329 after 12; an engine replica 398 and 416
+after 3 rounds, 458 and 465 after 10, 460 and 465 after 12). A long run lives at the level. The split's whole (master) tensors are spread over its devices (train/graph.py's default).
 The memory model's coefficients (planner/memory.py) are fitted to all points by relative
 least squares; the JSON reports every point with the fitted and the plain-count (`COUNTED`)
 prediction, the largest relative error of each, and the fit's error on each model when that model
@@ -143,7 +146,7 @@ def main():
     ap.add_argument("--batches", default="8,32")
     ap.add_argument("--ways", default="1,2,4")
     ap.add_argument("--dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
-    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10, help="steps (replicas: rounds) per point, see above")
     ap.add_argument("--replica-models", default="vgg16,vgg_wide",
                     help="models whose engine replicas are measured at the largest batch (the replica terms)")
     ap.add_argument("--write", action="store_true", help="store the fit in " + memory.FIT_PATH)
