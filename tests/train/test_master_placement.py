@@ -65,3 +65,19 @@ def test_spread_and_first_train_to_the_same_weights(vgg_digits, digits):
             sess.run(g.copy_slices_to_masters)
             got.append(sess.run({n: v for n, v in g.weights.items()}, {g.images: x, g.labels: y}))
     assert max(float(np.max(np.abs(got[0][k] - got[1][k]))) for k in got[0]) < 1e-6
+
+
+def test_slices_are_gathered_where_their_master_lives(vgg_digits):
+    """copy_slices_to_masters concatenates each split tensor on its master's device. mtf's default (the
+    first slice's device) made device 0 of a split receive every split tensor whole and forward it:
+    an engine replica's device 0 peaked ~1.5 x the model's bytes above its peers (bench/memory_fit.py)."""
+    g = build_train_graph(vgg_digits, _layout(vgg_digits, 3), 8)
+    concats, todo = [], [g.copy_slices_to_masters]
+    while todo:  # tf.group nests NoOps (one per device) over the assigns
+        op = todo.pop()
+        todo += op.control_inputs
+        if op.type == "AssignVariableOp" and op.inputs[1].op.type == "ConcatV2":
+            concats.append((op.inputs[1].op.device, op.inputs[0].op.device))
+    assert len(concats) >= 4, concats  # every split tensor of vgg (weights and biases of split layers)
+    assert all(at == master for at, master in concats), concats
+    assert len({master for _, master in concats}) > 1  # the masters, hence the gathers, are spread
