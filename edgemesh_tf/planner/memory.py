@@ -21,8 +21,9 @@ ReLU output kept for backward). The factors stand for what the plain count misse
   a split group (the copies between masters and slices around each round, and their transfers'
   buffers), not in proportion to P / k: one factor alone fitted the measured replicas no better
   than 41%, this pair to 21%.
-- fit_error: the fit's largest relative error over its measured points, plain and replica; the
-  planner keeps it as headroom below every budget (`headroom`, planner/grid.py).
+- fit_error: the largest factor by which a measured peak, plain or replica, exceeded the fit's
+  prediction, less 1; the planner keeps it as headroom below every budget (`headroom`,
+  planner/grid.py), so predicted x (1 + fit_error) reaches every peak the fit was measured on.
 - session_bytes, session_factor, session_per_device: the TF master of a session (the graph, its
   optimisation, a partition per device) costs the server it runs on 20-180 MiB, growing with the
   model and the devices (measured: about P + 20 MiB per device). The engine's group
@@ -68,8 +69,8 @@ class MemoryModel:
     @property
     def headroom(self) -> float:
         """The factor a plan keeps below each memory budget: 1 + ``fit_error`` (a device's predicted
-        bytes times this must fit), so that a peak the model under-predicts by as much as any it was
-        fitted to does not OOM-kill the device."""
+        bytes times this must fit), so that a peak the model under-predicts as much as any it was
+        fitted to (measured / predicted) does not OOM-kill the device."""
         return 1.0 + self.fit_error
 
     def session_host_bytes(self, stats: ModelStats, k: int = 1) -> int:
