@@ -104,7 +104,8 @@ def report(points, models, sessions=(), replicas=()) -> dict:
     ModelStats, units held per dim, peak bytes, ways, device index)]; sessions: [(model, ModelStats,
     ways, peak bytes of the session's host)]; replicas: points of engine replicas (as points), which
     fit the replica terms. The fit's error (``fit_error``, its headroom in the planner) is the largest
-    factor, over both, by which a measured peak exceeds its prediction, less 1."""
+    factor, over both, by which a measured peak exceeds its prediction, less 1; ``model_errors`` the
+    same per model (a plan of that model keeps its own)."""
     fit_points = lambda pts: [(s, h, w, p) for _, s, h, p, w, _ in pts]
     fitted = memory.fit(fit_points(points), [(s, w, p) for _, s, w, p in sessions], source="bench/memory_fit.py")
     if replicas:
@@ -121,7 +122,12 @@ def report(points, models, sessions=(), replicas=()) -> dict:
     replica_error = worst(fitted, fit_points(replicas), True) if replicas else 0.0
     error = max(worst(fitted, fit_points(points)), replica_error)
     under = max(over(fitted, fit_points(points)), over(fitted, fit_points(replicas), True) if replicas else 0.0)
-    fitted = dataclasses.replace(fitted, fit_error=round(math.ceil(under * 1000) / 1000, 3))
+    up = lambda e: round(math.ceil(e * 1000) / 1000, 3)  # up: the headroom must reach the peak
+    by_model = {m: up(max(over(fitted, fit_points([pt for pt in points if pt[0] == m])),
+                          over(fitted, fit_points([pt for pt in replicas if pt[0] == m]), True)
+                          if any(pt[0] == m for pt in replicas) else 0.0))
+                for m in models if any(pt[0] == m for pt in points)}
+    fitted = dataclasses.replace(fitted, fit_error=up(under), model_errors=tuple(sorted(by_model.items())))
     out = {"model": fitted.to_dict(), "points": rows, "fitted_max_abs_rel_error": error,
            "fitted_max_under_prediction": fitted.fit_error,
            "counted_max_abs_rel_error": worst(memory.COUNTED, fit_points(points))}

@@ -42,13 +42,14 @@ def replan_layout(cfg: JobConfig, group: GroupSpec, names: list[str]) -> tuple[d
     from edgemesh_tf.planner.model_stats import model_stats
     from edgemesh_tf.profile.types import load_profile
 
+    from edgemesh_tf.planner import cost
     from edgemesh_tf.planner.calibrate import calibrated
     from edgemesh_tf.planner.grid import within_margin
 
     data = load_dataset(cfg.dataset, cfg.data_path)
     spec = get_model(cfg.model, data.image_shape, data.num_classes)
     # as every plan: calibrated by the steps timed while profiling, the memory model's headroom kept
-    profile = within_margin(calibrated(load_profile(cfg.profile_path), spec))
+    profile = within_margin(calibrated(load_profile(cfg.profile_path), spec), cost.MEMORY.headroom_for(spec.name))
     # subsets: the planner may leave a device out when the group is faster without it
     division = divide([profile.device(n) for n in names], model_stats(spec, group.batch_size),
                       profile_batch=profile.batch, ps_bandwidth_mbit=profile.ps_bandwidth_mbit, subsets=True)

@@ -51,10 +51,6 @@ SCALE_RANGE = (0.25, 4.0)  # a factor outside this is a failed measurement, not 
 # two peers. Fitted on a two-way split, lan4's even split over four was predicted at 0.71-0.95x its
 # measured step over four runs (the fit moved 0.4-2.8 ms per peer on the fastest device).
 SPLIT_STEP_DEVICES = 3
-# What the profiler may run on a device: the memory model's bytes times this at most its budget. A
-# device past its budget is killed (as a real one would be), and the fit is within ~12% (VGG-16 alone
-# on pi1: 462 MiB predicted, 424 measured, 512 allowed).
-PROFILE_MEMORY_MARGIN = 1.1
 
 
 def alone_memory_bytes(stats: ModelStats) -> int:
@@ -69,21 +65,24 @@ def plain_memory_bytes(stats: ModelStats, held) -> list[int]:
     return [cost.MEMORY.device_bytes(stats, h, len(held)) for h in held]
 
 
-def _fits(need: int, budget: int) -> bool:
-    return need * PROFILE_MEMORY_MARGIN <= budget
+def _fits(need: int, budget: int, spec: ModelSpec) -> bool:
+    """What the profiler may run on a device: the memory model's bytes times the headroom a plan of
+    ``spec`` keeps (``MemoryModel.headroom_for``) at most its budget: a device past its budget is
+    killed, as a real one would be."""
+    return need * cost.MEMORY.headroom_for(spec.name) <= budget
 
 
 def whole_step_devices(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> tuple[str, ...]:
     """The devices to time whole-model steps on: every one whose memory budget (bytes) holds the
-    model alone by the memory model, with PROFILE_MEMORY_MARGIN to spare, largest budget first (ties:
-    in order); () when none does."""
+    model alone by the memory model, with its headroom to spare (``_fits``), largest budget first
+    (ties: in order); () when none does."""
     need = alone_memory_bytes(model_stats(spec, batch))
-    return tuple(n for n in sorted(budgets, key=lambda n: -budgets[n]) if _fits(need, budgets[n]))
+    return tuple(n for n in sorted(budgets, key=lambda n: -budgets[n]) if _fits(need, budgets[n], spec))
 
 
 def split_step_devices(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> tuple[str, ...]:
     """The SPLIT_STEP_DEVICES largest memory budgets (bytes; ties: in order), to time an even split of
-    the model over, if the memory model predicts each holds its part (with PROFILE_MEMORY_MARGIN);
+    the model over, if the memory model predicts each holds its part (with its headroom, ``_fits``);
     else the fewer largest that do, down to two; () when not even two do."""
     order = sorted(budgets, key=lambda n: -budgets[n])
     stats = model_stats(spec, batch)
@@ -91,7 +90,7 @@ def split_step_devices(budgets: Mapping[str, int], spec: ModelSpec, batch: int) 
         group = tuple(order[:k])
         _, shares = even_split_layout(spec.split_dims(), group)
         held = [[shares[d.name][i] if d.name in shares else d.units for d in stats.dims] for i in range(k)]
-        if all(_fits(b, budgets[n]) for n, b in zip(group, plain_memory_bytes(stats, held))):
+        if all(_fits(b, budgets[n], spec) for n, b in zip(group, plain_memory_bytes(stats, held))):
             return group
     return ()
 

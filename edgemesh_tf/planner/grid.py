@@ -26,9 +26,10 @@ Search (each group's division is cached by its devices; candidates are screened 
           merge; a device moves to another group or leaves for a group of its own (up to
           LOCAL_SEARCH_DEVICES devices; above that only the first two kinds)
 
-Memory: every plan keeps the memory model's headroom (``memory.MemoryModel.headroom``, 1 + the
-largest error of its fit on measured peaks) below each device's budget: a device's predicted bytes
-times the headroom must fit (``memory_margin``). Without it the grid packed pi4's weakest devices to
+Memory: every plan keeps the memory model's headroom (``memory.MemoryModel.headroom_for``: 1 + the
+largest factor by which a measured peak of the model exceeded the fit, or of any model when the
+planned one was not measured) below each device's budget: a device's predicted bytes times the
+headroom must fit (``memory_margin``). Without it the grid packed pi4's weakest devices to
 their budgets exactly (predicted 192.0 of 192 MiB), and the kernel OOM-killed one.
 
 The result is compared with the alternatives of ``alternatives`` (the fastest device alone, every
@@ -119,10 +120,9 @@ def staleness_charge(groups: int, staleness_penalty: float = STALENESS_PENALTY) 
     return 1.0 + staleness_penalty * (groups - 1)
 
 
-def within_margin(profile: Profile, margin: float | None = None) -> Profile:
+def within_margin(profile: Profile, margin: float) -> Profile:
     """``profile`` with every device's memory budget divided by ``margin`` (what a plan may predict;
-    default: the memory model's headroom)."""
-    margin = cost.MEMORY.headroom if margin is None else margin
+    the memory model's ``headroom_for`` the planned model)."""
     if margin == 1:
         return profile
     return dataclasses.replace(profile, devices=tuple(
@@ -270,7 +270,7 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
         raise ValueError("commit_interval must be >= 1 local steps, got %r" % commit_interval)
     if not (isinstance(staleness_penalty, (int, float)) and staleness_penalty >= 0):
         raise ValueError("staleness_penalty must be a number >= 0, got %r" % (staleness_penalty,))
-    margin = cost.MEMORY.headroom if memory_margin is None else memory_margin
+    margin = cost.MEMORY.headroom_for(spec.name) if memory_margin is None else memory_margin
     if not (isinstance(margin, (int, float)) and margin >= 1):
         raise ValueError("memory_margin must be a number >= 1, got %r" % (margin,))
     batch = batch or profile.batch

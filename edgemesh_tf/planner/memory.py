@@ -24,6 +24,9 @@ ReLU output kept for backward). The factors stand for what the plain count misse
 - fit_error: the largest factor by which a measured peak, plain or replica, exceeded the fit's
   prediction, less 1; the planner keeps it as headroom below every budget (`headroom`,
   planner/grid.py), so predicted x (1 + fit_error) reaches every peak the fit was measured on.
+  model_errors: the same per model measured ((name, error) pairs): a plan of a measured model keeps
+  its own (`headroom_for`; VGG-16's peaks were at most 3% over the fit, vgg_wide's 25%), any other
+  model the largest.
 - session_bytes, session_factor, session_per_device: the TF master of a session (the graph, its
   optimisation, a partition per device) costs the server it runs on 20-180 MiB, growing with the
   model and the devices (measured: about P + 20 MiB per device). The engine's group
@@ -65,6 +68,12 @@ class MemoryModel:
     replica_factor: float = 2.0
     replica_split_bytes: float = 0.0
     fit_error: float = 0.0
+    model_errors: tuple[tuple[str, float], ...] = ()
+
+    def headroom_for(self, model: str | None) -> float:
+        """The headroom of a plan of `model` (a zoo name): 1 + its own largest under-prediction
+        where its peaks were measured (``model_errors``), else ``headroom``."""
+        return 1.0 + dict(self.model_errors).get(model, self.fit_error)
 
     @property
     def headroom(self) -> float:
@@ -111,7 +120,7 @@ class MemoryModel:
         return fixed, per_example
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "model_errors": dict(self.model_errors)}
 
 
 COUNTED = MemoryModel(0.0, 3.0, 2.0, 1.0, "counted: weights, momentum, gradient, masters and activations once, "
@@ -186,7 +195,8 @@ def load(path: str = FIT_PATH) -> MemoryModel:
                                float(raw.get("session_bytes", 0.0)), float(raw.get("session_factor", 0.0)),
                                float(raw.get("session_per_device", 0.0)), float(raw.get("replica_factor", 2.0)),
                                float(raw.get("replica_split_bytes", 0.0)),
-                               float(raw.get("fit_error", top.get("fitted_max_abs_rel_error", 0.0))))
+                               float(raw.get("fit_error", top.get("fitted_max_abs_rel_error", 0.0))),
+                               tuple(sorted((str(m), float(e)) for m, e in raw.get("model_errors", {}).items())))
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError("%s: expected {\"model\": {\"runtime_bytes\", \"weight_factor\", \"master_factor\", "
                              "\"activation_factor\"}} (bench/memory_fit.py --write), got an error: %s" % (path, e))
