@@ -49,3 +49,13 @@ def test_report_fits_the_replica_terms_and_its_error_counts_in_the_headroom():
     assert fitted.fit_error == worse["fitted_max_under_prediction"]
     assert max(ratios) - 1 <= fitted.fit_error < max(ratios) - 1 + 0.001 and fitted.fit_error > 0.05
     assert all(r <= fitted.headroom for r in ratios)
+    # per model: each model's own largest under-prediction covers its peaks
+    errors = dict(fitted.model_errors)
+    assert set(errors) == {"vgg", "vgg_wide", "vgg16"} and max(errors.values()) == fitted.fit_error
+    for m in errors:
+        own = [p / fitted.device_bytes(s, h, k, replica=True) for name, s, h, p, k, _ in off if name == m]
+        assert max(own) <= fitted.headroom_for(m) < max(own) + 0.001
+    # one model's peaks over its fit widen its own headroom and the fallback's, not another measured model's
+    one = [(m, s, h, p * (1.3 if k == 4 and m == "vgg_wide" else 1.0), k, i) for m, s, h, p, k, i in replicas]
+    errors = dict(memory_fit.report(_points(), ["vgg", "vgg_wide", "vgg16"], replicas=one)["model"]["model_errors"])
+    assert errors["vgg_wide"] > 0.05 and errors["vgg_wide"] > 2 * errors["vgg16"]

@@ -54,15 +54,17 @@ def test_slow_links_prefer_data_parallel_groups():
     assert result.examples_per_sec == pytest.approx(sum(32000 / (p.step_ms + p.ps_sync_ms / 8) for p in preds) / 1.3)
 
 
-def test_plans_keep_the_memory_models_headroom_below_every_budget():
+def test_plans_keep_the_memory_models_headroom_below_every_budget(monkeypatch):
+    import dataclasses
+
     from edgemesh_tf.planner import cost
 
     need = plan(_homo(4, bw=1000, lat=0.3), VGG32, groups=1, batch=16, memory_margin=1.0).groups[0]
     tight = max(need.prediction.memory_bytes)  # budgets a margin-less four-way plan fits
     squeezed = plan(_homo(4, bw=1000, lat=0.3, mem=tight), VGG32, batch=16, memory_margin=1.0)
     assert all(m <= tight for g in squeezed.groups for m in g.prediction.memory_bytes)
-    for margin in (1.5, None):  # None: the shipped fit's headroom
-        factor = cost.MEMORY.headroom if margin is None else margin
+    for margin in (1.5, None):  # None: the shipped fit's headroom for the model
+        factor = cost.MEMORY.headroom_for(VGG32.name) if margin is None else margin
         try:
             got = plan(_homo(4, bw=1000, lat=0.3, mem=tight), VGG32, batch=16, memory_margin=margin)
         except PlanError as e:
@@ -71,6 +73,13 @@ def test_plans_keep_the_memory_models_headroom_below_every_budget():
         assert all(m * factor <= tight * 1.0001 for g in got.groups for m in g.prediction.memory_bytes)
     with pytest.raises(ValueError, match="memory_margin must be a number >= 1"):
         plan(_homo(2), VGG32, memory_margin=0.9)
+    # a model measured without under-prediction keeps no headroom; any other model the largest error
+    monkeypatch.setattr(cost, "MEMORY", dataclasses.replace(cost.MEMORY, fit_error=0.5, model_errors=((VGG32.name, 0.0),)))
+    own = plan(_homo(4, bw=1000, lat=0.3, mem=tight), VGG32, groups=1, batch=16)
+    assert max(m for g in own.groups for m in g.prediction.memory_bytes) > tight / 1.5
+    monkeypatch.setattr(cost, "MEMORY", dataclasses.replace(cost.MEMORY, model_errors=(("vgg16", 0.0),)))
+    with pytest.raises(PlanError, match=r"over the memory margin x1\.500"):
+        plan(_homo(4, bw=1000, lat=0.3, mem=tight), VGG32, groups=1, batch=16)
 
 
 def test_forced_groups_and_memory_error():

@@ -81,6 +81,12 @@ def test_the_headroom_is_the_fits_largest_error_and_comes_with_the_shipped_file(
     new = dataclasses.replace(MODEL, fit_error=0.2, replica_factor=1.5, replica_split_bytes=8e7)
     path.write_text(json.dumps({"model": new.to_dict()}))
     assert memory.load(str(path)) == new and memory.load(str(path)).headroom == 1.2
+    # per model: a measured model's own largest under-prediction, any other model the largest
+    per = dataclasses.replace(new, model_errors=(("vgg16", 0.03), ("vgg_wide", 0.25)))
+    assert per.headroom_for("vgg16") == 1.03 and per.headroom_for("vgg_wide") == 1.25
+    assert per.headroom_for("resnet") == per.headroom_for(None) == 1.2
+    path.write_text(json.dumps({"model": per.to_dict()}))
+    assert per.to_dict()["model_errors"] == {"vgg16": 0.03, "vgg_wide": 0.25} and memory.load(str(path)) == per
 
 
 def test_terms_add_up():
