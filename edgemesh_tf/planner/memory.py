@@ -17,10 +17,10 @@ ReLU output kept for backward). The factors stand for what the plain count misse
   An engine replica (engine/graph.py) also keeps an anchor and a residual of every whole tensor with
   its master, and its pull and push pass whole tensors through buffers there (`replica=True`).
   Counted: 2 * P / k (the anchor and the residual). Fitted to replicas' peaks less the plain step's
-  fitted prediction (bench/memory_fit.py): about 2.1 * P / k, plus about 80 MiB on every device of
-  a split group (the copies between masters and slices around each round, and their transfers'
-  buffers), not in proportion to P / k: one factor alone fitted the measured replicas no better
-  than 41%, this pair to 21%.
+  fitted prediction (bench/memory_fit.py, ten rounds): about 2.6 * P / k, plus about 75 MiB on
+  every device of a split group (the copies between masters and slices around each round, and their
+  transfers' buffers), not in proportion to P / k: one factor alone fitted the measured replicas no
+  better than 41%, this pair to 21%.
 - fit_error: the largest factor by which a measured peak, plain or replica, exceeded the fit's
   prediction, less 1; the planner keeps it as headroom below every budget (`headroom`,
   planner/grid.py), so predicted x (1 + fit_error) reaches every peak the fit was measured on.
