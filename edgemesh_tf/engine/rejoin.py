@@ -28,8 +28,9 @@ ANSWER_TIMEOUT_S = 0.5
 def replan_layout(cfg: JobConfig, group: GroupSpec, names: list[str]) -> tuple[dict, str]:
     """(Layout dict, how it was made) of `group` on its devices `names` (cluster names, in the
     group's ring order): the planner's filter division from the job's profile (`cfg.profile_path`,
-    calibrated as `planner.plan` calibrates it); without one, the fastest of them (the cluster file's speed) holds the whole model. Raises
-    ValueError (the planner's PlanError) if no division fits the devices' memory."""
+    calibrated as `planner.plan` calibrates it); without one, the fastest of them (the cluster
+    file's speed) holds the whole model. Raises ValueError (the planner's PlanError) if no division
+    fits the devices' memory."""
     by_name = {n: d for d, n in cfg.device_names.items()}
     if not cfg.profile_path:
         speed = lambda n: cfg.device_info.get(n, {}).get("speed", 1.0)

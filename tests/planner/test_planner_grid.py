@@ -74,7 +74,8 @@ def test_plans_keep_the_memory_models_headroom_below_every_budget(monkeypatch):
     with pytest.raises(ValueError, match="memory_margin must be a number >= 1"):
         plan(_homo(2), VGG32, memory_margin=0.9)
     # a model measured without under-prediction keeps no headroom; any other model the largest error
-    monkeypatch.setattr(cost, "MEMORY", dataclasses.replace(cost.MEMORY, fit_error=0.5, model_errors=((VGG32.name, 0.0),)))
+    measured = dataclasses.replace(cost.MEMORY, fit_error=0.5, model_errors=((VGG32.name, 0.0),))
+    monkeypatch.setattr(cost, "MEMORY", measured)
     own = plan(_homo(4, bw=1000, lat=0.3, mem=tight), VGG32, groups=1, batch=16)
     assert max(m for g in own.groups for m in g.prediction.memory_bytes) > tight / 1.5
     monkeypatch.setattr(cost, "MEMORY", dataclasses.replace(cost.MEMORY, model_errors=(("vgg16", 0.0),)))

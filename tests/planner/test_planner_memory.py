@@ -143,7 +143,8 @@ def _pi4_plan(name, commit_interval):
     assert all(result.examples_per_sec >= v for _, v in result.alternatives)
     by_name = {d.name: d for d in devs}
     for g in result.groups:  # every device within its budget, the memory model's headroom kept
-        assert all(m * cost.MEMORY.headroom_for(name) <= by_name[n].memory_bytes for m, n in zip(g.prediction.memory_bytes, g.names))
+        assert all(m * cost.MEMORY.headroom_for(name) <= by_name[n].memory_bytes
+                   for m, n in zip(g.prediction.memory_bytes, g.names))
     return too_small, result
 
 
