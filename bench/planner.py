@@ -89,7 +89,7 @@ def profile_and_measure(em, cluster, spec, args) -> dict:
     even, even_assign = even_split_layout(spec.split_dims(), [em.device(n) for n in workers])
     layouts = {"planned": planned.layout, "even": even}
     assigns = {"planned": (planned.names, dict(planned.layout.sizes)), "even": (workers, even_assign)}
-    if len(workers) > 3:  # a group size the calibration's two-device split does not see
+    if len(workers) > 3:  # the calibration's split step is over three: both group sizes are checked
         three = sorted(workers, key=slowness(profile).get)[:3]
         layouts["even:3"], assign3 = even_split_layout(spec.split_dims(), [em.device(n) for n in three])
         assigns["even:3"] = (three, assign3)
@@ -127,6 +127,7 @@ def profile_and_measure(em, cluster, spec, args) -> dict:
     out["compute_scale"] = cal.compute_scale
     out["calibration"] = {"compute_scale": cal.compute_scale, "split_step_ms": profile.split_step_ms,
                           "split_step_devices": list(profile.split_step_devices),
+                          "split_step_sizes": {n: list(v) for n, v in profile.split_step_sizes.items()},
                           "split_overhead_ms_per_peer": {d.name: d.split_overhead_ms for d in cal.devices},
                           "whole_step_ms": {d.name: d.whole_step_ms for d in profile.devices if d.whole_step_ms}}
     return out

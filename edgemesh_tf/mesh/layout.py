@@ -221,7 +221,11 @@ def single_device_layout(device: str = "cpu:0") -> Layout:
 def even_split_layout(split_dims: Mapping[str, int], devices: Sequence[str]) -> tuple[Layout, dict[str, tuple[int, ...]]]:
     """Every split dim ({name: units}, a model's ``split_dims()``) with at least one unit per device
     split over ``devices`` as evenly as integers allow; (the layout, {dim: shares})."""
-    k = len(devices)
-    shares = {n: even_split(u, k) for n, u in split_dims.items() if u >= k}
-    return Layout(mesh=(("model", k),), devices=tuple(devices), rules=tuple((n, "model") for n in shares),
-                  sizes=tuple(shares.items())), shares
+    shares = {n: even_split(u, len(devices)) for n, u in split_dims.items() if u >= len(devices)}
+    return split_layout(shares, devices), shares
+
+
+def split_layout(shares: Mapping[str, Sequence[int]], devices: Sequence[str]) -> Layout:
+    """Each dim of ``shares`` ({name: units per device, in ``devices`` order}) split over ``devices``."""
+    return Layout(mesh=(("model", len(devices)),), devices=tuple(devices), rules=tuple((n, "model") for n in shares),
+                  sizes=tuple((n, tuple(v)) for n, v in shares.items()))

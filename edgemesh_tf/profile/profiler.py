@@ -11,7 +11,7 @@ import logging
 import math
 import statistics
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -119,13 +119,15 @@ def fit_link(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> tuple[flo
 
 def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfile], session_target: str,
                     master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_devices: Sequence[str] = (),
-                    split_step_devices: Sequence[str] = (), whole_step_repeats: int = 5,
+                    split_step_devices: Sequence[str] = (), split_step_sizes: Mapping[str, Sequence[int]] | None = None,
+                    whole_step_repeats: int = 5,
                     config: tf.ConfigProto | None = None) -> Profile:
     """Measures every device in ``devices``; ``master_device`` is where transfers are received.
     whole_step_devices: names of devices to also time at least ``whole_step_repeats`` real training
     steps of the whole model on, each alone (their ``whole_step_ms``; each must hold the model).
-    split_step_devices: names of devices to time as many steps of the model split evenly over
-    (``Profile.split_step_ms``; each must hold its part)."""
+    split_step_devices: names of devices to time as many steps of the model split over
+    (``Profile.split_step_ms``; each must hold its part); split_step_sizes: each split dim's units
+    over them ({dim: shares}; None or {}: evenly, ``even_split_layout``)."""
     shapes = layer_shapes(spec, batch)
     idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
     graph = tf.Graph()
@@ -177,7 +179,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
             logging.info("profiled %s in %.1f s: %s", d.name, time.perf_counter() - t0,
                          ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings))
     tf.Session.reset(session_target)  # frees the transfers' variables on the devices
-    from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout
+    from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout, split_layout
     by_name = {d.name: d.device for d in devices}
     for name in whole_step_devices:
         i = [d.name for d in devices].index(name)
@@ -186,10 +188,12 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
         out[i] = dataclasses.replace(out[i], whole_step_ms=round(ms, 2))
     split_ms = 0.0
     if split_step_devices:
-        layout, _ = even_split_layout(spec.split_dims(), [by_name[n] for n in split_step_devices])
+        on = [by_name[n] for n in split_step_devices]
+        layout = split_layout(split_step_sizes, on) if split_step_sizes else even_split_layout(spec.split_dims(), on)[0]
         split_ms = round(layout_step_ms(spec, batch, layout, session_target, master_device, whole_step_repeats), 2)
     return Profile(model=spec.name, batch=batch, image_shape=spec.image_shape, num_classes=spec.num_classes,
-                   devices=tuple(out), split_step_ms=split_ms, split_step_devices=tuple(split_step_devices))
+                   devices=tuple(out), split_step_ms=split_ms, split_step_devices=tuple(split_step_devices),
+                   split_step_sizes={n: tuple(v) for n, v in (split_step_sizes or {}).items()})
 
 
 def layout_step_ms(spec: ModelSpec, batch: int, layout, session_target: str, master_device: str,

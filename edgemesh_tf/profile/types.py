@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+from typing import Mapping
 
 from edgemesh_tf.errors import InputError
 
@@ -76,9 +77,11 @@ class Profile:
     devices: tuple[DeviceProfile, ...]
     ps_bandwidth_mbit: float = 1000.0
     compute_scale: float = 1.0  # the median factor the devices' layer times were multiplied by (1.0: as measured)
-    # a few real training steps of the model split evenly over these devices (ms; 0: not measured)
+    # a few real training steps of the model split over these devices (ms; 0: not measured), each
+    # split dim's units as in split_step_sizes (in split_step_devices' order; {}: evenly)
     split_step_ms: float = 0.0
     split_step_devices: tuple[str, ...] = ()
+    split_step_sizes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def device(self, name: str) -> DeviceProfile:
         for d in self.devices:
@@ -178,7 +181,16 @@ def profile_from_dict(d: dict, source: str = "<profile>") -> Profile:
                    compute_scale=_field(source, "", d, "compute_scale", "number", positive=True, optional=True,
                                         default=1.0),
                    split_step_ms=_field(source, "", d, "split_step_ms", "number", optional=True, default=0.0),
-                   split_step_devices=tuple(split_devices))
+                   split_step_devices=tuple(split_devices),
+                   split_step_sizes=_split_sizes(source, d.get("split_step_sizes", {}), len(split_devices)))
+
+
+def _split_sizes(source: str, sizes, k: int) -> dict[str, tuple[int, ...]]:
+    if not (isinstance(sizes, dict) and all(isinstance(v, list) and len(v) == k
+                                            and all(isinstance(u, int) and u > 0 for u in v) for v in sizes.values())):
+        raise InputError("%s: field 'split_step_sizes' must map each split layer to %d positive unit counts (one per "
+                         "split step device), got %r" % (source, k, sizes))
+    return {n: tuple(v) for n, v in sizes.items()}
 
 
 def load_profile(path: str) -> Profile:

@@ -3,10 +3,13 @@ import dataclasses
 
 import pytest
 
+from edgemesh_tf.mesh.layout import even_split_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan
-from edgemesh_tf.planner.calibrate import (alone_memory_bytes, calibrated, compute_scale, compute_scales,
-                                           split_step_devices, steps_to_time, whole_step_devices)
+from edgemesh_tf.planner.calibrate import (alone_memory_bytes, apportion, calibrated, compute_scale, compute_scales,
+                                           memory_fractions, plain_memory_bytes, split_step, steps_to_time,
+                                           whole_step_devices)
+from edgemesh_tf.planner import cost
 from edgemesh_tf.planner.cost import predict
 
 from planner_util import flops_device, profile
@@ -81,7 +84,6 @@ def test_the_whole_step_is_timed_on_every_device_the_model_fits():
 
 
 def test_the_split_overhead_makes_the_cost_model_predict_the_measured_split_step():
-    from edgemesh_tf.mesh.layout import even_split_layout
     p = _profile(whole=predict([_profile().devices[0]], STATS, {}).step_ms)  # compute as profiled (factor 1)
     _, shares = even_split_layout(SPEC.split_dims(), ("a", "b"))
     modelled = predict(list(p.devices), STATS, shares).step_ms
@@ -102,12 +104,56 @@ def test_the_split_overhead_makes_the_cost_model_predict_the_measured_split_step
 
 def test_the_split_step_is_timed_on_the_three_largest_budgets_if_each_holds_its_part():
     need = 2 * alone_memory_bytes(STATS)  # a small model: the runtime, not the weights, decides
-    assert split_step_devices({"a": need, "b": need // 8, "c": need, "d": need}, SPEC, 32) == ("a", "c", "d")
-    assert split_step_devices({"a": need, "b": need // 8, "c": need}, SPEC, 32) == ("a", "c")  # b cannot: two
-    assert split_step_devices({"a": need, "b": need // 8, "c": need // 8}, SPEC, 32) == ()
-    assert split_step_devices({"a": need}, SPEC, 32) == ()
-    assert steps_to_time({"a": need, "c": need}, SPEC, 32) == {"whole_step_devices": ("a", "c"),
-                                                               "split_step_devices": ("a", "c")}
+    even = {n: tuple(v) for n, v in even_split_layout(SPEC.split_dims(), "acd")[1].items()}
+    assert split_step({"a": need, "b": need // 8, "c": need, "d": need}, SPEC, 32) == (("a", "c", "d"), even)
+    assert split_step({"a": need, "b": need // 8, "c": need}, SPEC, 32)[0] == ("a", "c")  # b cannot: two
+    assert split_step({"a": need, "b": need // 8, "c": need // 8}, SPEC, 32) == ((), {})
+    assert split_step({"a": need}, SPEC, 32) == ((), {})
+    assert steps_to_time({"a": need, "c": need}, SPEC, 32) == {
+        "whole_step_devices": ("a", "c"), "split_step_devices": ("a", "c"),
+        "split_step_sizes": {n: tuple(v) for n, v in even_split_layout(SPEC.split_dims(), "ac")[1].items()}}
+
+
+def test_a_device_short_of_an_even_part_takes_what_its_budget_holds_in_the_split_step():
+    """pi4 and VGG-16: pi2 held 1% less than an even third, and the step fell back to two devices,
+    where the per-peer overhead fitted 0 and the four-way split was predicted at 0.78x its step."""
+    spec = get_model("vgg16", (32, 32, 1), 10)
+    stats = model_stats(spec, 32)
+    _, even = even_split_layout(spec.split_dims(), "abc")
+    third = max(plain_memory_bytes(stats, [[even[d.name][i] if d.name in even else d.units for d in stats.dims]
+                                          for i in range(3)]))
+    budgets = {"a": 4 * third, "b": 2 * third, "c": int(0.95 * third)}  # c short of an even third: no headroom even
+    group, sizes = split_step(budgets, spec, 32)
+    assert group == ("a", "b", "c") and set(sizes) == set(even)
+    for name, units in sizes.items():
+        assert sum(units) == sum(even[name]) and units[2] <= min(units[:2])
+    assert sum(u[2] for u in sizes.values()) < 0.95 * sum(u[2] for u in even.values())  # c holds less
+    held = [[sizes[d.name][i] if d.name in sizes else d.units for d in stats.dims] for i in range(3)]
+    need = plain_memory_bytes(stats, held)
+    assert all(n * cost.MEMORY.headroom_for("vgg16") <= budgets[d] for n, d in zip(need, "abc"))
+
+
+def test_memory_fractions_fill_the_caps_evenly_and_apportion_keeps_a_capped_device_under():
+    assert memory_fractions([0.2, 1.0, 1.0]) == pytest.approx((0.2, 0.4, 0.4))
+    assert memory_fractions([0.5, 0.5]) == pytest.approx((0.5, 0.5))
+    assert memory_fractions([0.1, 0.42, 1.0]) == pytest.approx((0.1, 0.42, 0.48))  # capped in turn
+    assert memory_fractions([0.3, 0.3, 0.3]) is None and memory_fractions([-0.1, 2.0]) is None
+    assert apportion(10, (0.2, 0.4, 0.4)) == (2, 4, 4)
+    assert apportion(128, (0.3372, 0.3372, 0.3256)) == (44, 43, 41)  # the capped 41.7 stays 41
+    assert apportion(3, (0.01, 0.49, 0.5)) == (1, 1, 1)  # at least one each
+    with pytest.raises(ValueError, match="cannot give 3 positions at least one of 2 units"):
+        apportion(2, (0.2, 0.4, 0.4))
+
+
+def test_the_split_overhead_is_fitted_on_the_split_step_as_timed():
+    """An uneven split step is fitted with its own units, not an even split's."""
+    p = _profile(whole=predict([_profile().devices[0]], STATS, {}).step_ms)
+    sizes = {n: apportion(u, (0.7, 0.3)) for n, u in SPEC.split_dims().items() if u >= 2}
+    truth = [dataclasses.replace(d, split_overhead_ms=o) for d, o in zip(p.devices, (3.0, 6.0))]
+    measured = predict(truth, STATS, sizes).step_ms
+    cal = calibrated(dataclasses.replace(p, split_step_ms=measured, split_step_devices=("a", "b"),
+                                         split_step_sizes=sizes), SPEC)
+    assert [d.split_overhead_ms for d in cal.devices] == pytest.approx([3.0, 6.0], abs=1e-3)
 
 
 def test_the_split_overhead_is_charged_once_per_peer_on_each_device():

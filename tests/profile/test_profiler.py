@@ -53,7 +53,8 @@ def test_profile_edge2(vgg_digits, tmp_path):
         # Batch 256: layers of a few ms would be timed within one 10 ms cgroup period, where the
         # quota's quantisation, not the configured speed, decides the ratio.
         profile = profile_devices(vgg_digits, 256, devices, em.session_target, em.device("chief"),
-                                  whole_step_devices=("fast",), split_step_devices=("fast", "slow"))
+                                  whole_step_devices=("fast",), split_step_devices=("fast", "slow"),
+                                  split_step_sizes={"conv1": (24, 8), "conv2": (48, 16)})  # by speed, unevenly
         assert time.perf_counter() - t0 < 60
         fast, slow = profile.device("fast"), profile.device("slow")
         assert [t.name for t in fast.layers] == list(vgg_digits.split_dims())
@@ -65,6 +66,7 @@ def test_profile_edge2(vgg_digits, tmp_path):
         # above (and more: the optimizer, the input fed), so it is of their order
         assert slow.whole_step_ms == 0 and 0.3 * sum(t.compute_ms for t in fast.layers) < fast.whole_step_ms
         assert profile.split_step_devices == ("fast", "slow") and profile.split_step_ms > 0
+        assert profile.split_step_sizes == {"conv1": (24, 8), "conv2": (48, 16)}
         path = str(tmp_path / "p.json")
         save_profile(profile, path)
         assert load_profile(path) == profile
@@ -86,7 +88,7 @@ def test_a_calibrated_profile_round_trips_through_its_file(tmp_path):
     p = Profile("vgg", 32, (8, 8, 1), 10, (DeviceProfile("a", "/job:worker/task:0", (LayerTiming("conv1", 2.0),),
                                                          1 << 30, 100.0, 1.0, whole_step_ms=12.5,
                                                          split_overhead_ms=2.0),),
-                compute_scale=0.8, split_step_ms=30.0, split_step_devices=("a",))
+                compute_scale=0.8, split_step_ms=30.0, split_step_devices=("a",), split_step_sizes={"conv1": (8,)})
     save_profile(p, str(tmp_path / "p.json"))
     assert load_profile(str(tmp_path / "p.json")) == p
     bad = tmp_path / "neg.json"
@@ -96,6 +98,10 @@ def test_a_calibrated_profile_round_trips_through_its_file(tmp_path):
     bad.write_text(p.to_json().replace('"split_step_devices": [\n  "a"\n ]', '"split_step_devices": ["zz"]'))
     with pytest.raises(ValueError, match=r"neg.json: field 'split_step_devices' must be a list of the profile's device "
                                          r"names \(\['a'\]\), got \['zz'\]"):
+        load_profile(str(bad))
+    bad.write_text(p.to_json().replace('"conv1": [\n   8\n  ]', '"conv1": [8, 0]'))
+    with pytest.raises(ValueError, match=r"neg.json: field 'split_step_sizes' must map each split layer to 1 positive "
+                                         r"unit counts \(one per split step device\), got \{'conv1': \[8, 0\]\}"):
         load_profile(str(bad))
 
 
