@@ -18,9 +18,9 @@ was predicted at 0.75-0.96x its measured step alone with one factor fitted on th
 
 Scaled alone, a split group was then under-predicted (0.75x its measured step on pi4): a slice
 of a layer costs more than its share of the layer (its ops' fixed costs, the lowering's slicing and
-concatenation, one more message per layer). So the profiler also times an even split over the three
-largest budgets (two if three do not hold it; `Profile.split_step_ms`), and the ms it takes beyond
-the scaled model's prediction
+concatenation, one more message per layer). So the profiler also times a split over the three
+largest budgets (`split_step`: even, or as even as a short budget allows; two if three do not hold
+it; `Profile.split_step_ms`), and the ms it takes beyond the scaled model's prediction
 become `split_overhead_ms`: per split layer and per peer (each peer is one more message to send,
 receive and concatenate), on each device in proportion to its compute time (it is CPU work on a
 device as throttled as its compute), so that the model predicts the timed split. A constant per

@@ -73,10 +73,16 @@ def test_summary_is_printed_and_matches_the_event_files(main_run):
         values = [s.value for s in ea.Scalars("device/compute_gflops")]
         rates[d] = sum(values) / len(values)
         assert summary["devices"][d]["compute_gflops"] > 0
-    # the fastest device (speed 1) computes at least 1.6x as fast as the slowest used (speed 0.25 or 0.333)
+    # the emulated speeds hold: edge0 (speed 1) trains the whole model at least 1.6x as fast as edge3 (speed 0.25)
+    with open(os.path.join(logdir, "profile.json")) as f:
+        whole = {d["name"]: d["whole_step_ms"] for d in json.load(f)["devices"]}
+    assert whole["edge3"] >= 1.6 * whole["edge0"] > 0, whole
+    # and while training, edge0 computes at least 1.6x as fast as the slowest device used (speed 0.25 or 0.333);
+    # on edge4's slow links the planner may train on edge0 alone, and then there is no second rate to compare
     slowest = max(used, key=DEVICES.index)
-    assert slowest != "edge0" and rates["edge0"] >= 1.6 * rates[slowest], rates
-    assert summary["devices"]["edge0"]["compute_gflops"] >= 1.6 * summary["devices"][slowest]["compute_gflops"]
+    if slowest != "edge0":
+        assert rates["edge0"] >= 1.6 * rates[slowest], rates
+        assert summary["devices"]["edge0"]["compute_gflops"] >= 1.6 * summary["devices"][slowest]["compute_gflops"]
 
 
 @pytest.mark.browser
