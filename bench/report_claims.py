@@ -121,8 +121,13 @@ def _split_overhead(res) -> str:
     overhead: one figure per split layer)."""
     per_peer = res.get("split_overhead_ms_per_peer")
     if per_peer:
+        prof = res.get("profile") or {}
+        on = prof.get("split_step_devices") or []
+        sizes = prof.get("split_step_sizes") or {}
+        how = "an uneven" if any(len(set(v)) > 1 for v in sizes.values()) else "an even"
+        where = " over " + ", ".join(on) if on else " on two devices"
         return (", and per split layer and peer " + ", ".join(f"{n} {fmt(v, 1)} ms" for n, v in per_peer.items())
-                + " (in proportion to each device's compute time), fitted to an even split step timed on two devices")
+                + f" (in proportion to each device's compute time), fitted to {how} split step timed{where}")
     if res.get("split_overhead_ms") is not None:
         return (f", and {fmt(res['split_overhead_ms'], 1)} ms per split layer, fitted to an even split step timed "
                 "on two devices")

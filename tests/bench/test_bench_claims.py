@@ -133,3 +133,13 @@ def test_a_multi_group_hybrid_pays_its_commits_and_is_reported_with_its_stalenes
     assert "`hybrid`: 2 groups committing asynchronously to the parameter server every 8 local iterations" in text
     assert "timed over 3 rounds" in text and "11.0 ms per example" in text
     assert "The plan leaves d idle" in text
+
+
+def test_the_calibration_names_the_split_step_it_was_fitted_to():
+    res = {"split_overhead_ms_per_peer": {"a": 1.25, "b": 0.0},
+           "profile": {"split_step_devices": ["a", "b", "c"], "split_step_sizes": {"conv1": [22, 22, 20]}}}
+    text = report_claims._split_overhead(res)
+    assert "a 1.2 ms" in text and "an uneven split step timed over a, b, c" in text
+    res["profile"]["split_step_sizes"] = {}
+    assert "an even split step timed over a, b, c" in report_claims._split_overhead(res)
+    assert report_claims._split_overhead({}) == ""
