@@ -157,11 +157,29 @@ def apportion(total: int, fractions: Sequence[float]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def beside_split_step(budgets: Mapping[str, int], spec: ModelSpec, batch: int, whole: Sequence[str],
+                      devices: Sequence[str], sizes: Mapping[str, Sequence[int]]) -> tuple[str, ...]:
+    """The devices of ``whole`` whose whole-model step the profiler times interleaved with the split
+    step (over ``devices``, ``sizes`` its units; {}: even): those whose budget holds both graphs at
+    once (the two steps' memory summed, with the model's headroom, ``_fits``). Interleaved, the
+    ratio of the two steps, which decides between a split and the fastest device alone, holds
+    when the machine's speed moves between minutes (on pi4 a profile's whole step of jetson0 was
+    1.5x and 0.77x the same layout measured minutes later)."""
+    if not devices:
+        return ()
+    stats = model_stats(spec, batch)
+    shares = sizes or even_split_layout(spec.split_dims(), devices)[1]
+    part = dict(zip(devices, plain_memory_bytes(stats, _held(stats, shares, len(devices)))))
+    alone = alone_memory_bytes(stats)
+    return tuple(n for n in whole if _fits(alone + part.get(n, 0), budgets[n], spec))
+
+
 def steps_to_time(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> dict:
     """The profiler's keyword arguments of what to time for calibration (``profile.run.profile_workers``)."""
     devices, sizes = split_step(budgets, spec, batch)
-    return {"whole_step_devices": whole_step_devices(budgets, spec, batch),
-            "split_step_devices": devices, "split_step_sizes": sizes}
+    whole = whole_step_devices(budgets, spec, batch)
+    return {"whole_step_devices": whole, "split_step_devices": devices, "split_step_sizes": sizes,
+            "whole_beside_split": beside_split_step(budgets, spec, batch, whole, devices, sizes)}
 
 
 def compute_scales(profile: Profile, spec: ModelSpec) -> dict[str, float]:

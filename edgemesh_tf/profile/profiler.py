@@ -120,14 +120,17 @@ def fit_link(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> tuple[flo
 def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfile], session_target: str,
                     master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_devices: Sequence[str] = (),
                     split_step_devices: Sequence[str] = (), split_step_sizes: Mapping[str, Sequence[int]] | None = None,
-                    whole_step_repeats: int = 5,
+                    whole_beside_split: Sequence[str] = (), whole_step_repeats: int = 5,
                     config: tf.ConfigProto | None = None) -> Profile:
     """Measures every device in ``devices``; ``master_device`` is where transfers are received.
     whole_step_devices: names of devices to also time at least ``whole_step_repeats`` real training
     steps of the whole model on, each alone (their ``whole_step_ms``; each must hold the model).
     split_step_devices: names of devices to time as many steps of the model split over
     (``Profile.split_step_ms``; each must hold its part); split_step_sizes: each split dim's units
-    over them ({dim: shares}; None or {}: evenly, ``even_split_layout``)."""
+    over them ({dim: shares}; None or {}: evenly, ``even_split_layout``). whole_beside_split: those
+    of ``whole_step_devices`` whose whole steps are timed interleaved with the split step, step by
+    step (their servers hold both graphs at once), so that the machine's drift between minutes does
+    not move the ratio of the two."""
     shapes = layer_shapes(spec, batch)
     idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
     graph = tf.Graph()
@@ -181,39 +184,63 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     tf.Session.reset(session_target)  # frees the transfers' variables on the devices
     from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout, split_layout
     by_name = {d.name: d.device for d in devices}
+    beside = [n for n in whole_step_devices if n in whole_beside_split and split_step_devices]
+    timed: dict[str, float] = {}
     for name in whole_step_devices:
-        i = [d.name for d in devices].index(name)
-        ms = layout_step_ms(spec, batch, single_device_layout(by_name[name]), session_target, master_device,
-                            whole_step_repeats)
-        out[i] = dataclasses.replace(out[i], whole_step_ms=round(ms, 2))
-    split_ms = 0.0
+        if name not in beside:
+            timed[name] = layout_step_ms(spec, batch, single_device_layout(by_name[name]), session_target,
+                                         master_device, whole_step_repeats)
     if split_step_devices:
         on = [by_name[n] for n in split_step_devices]
         layout = split_layout(split_step_sizes, on) if split_step_sizes else even_split_layout(spec.split_dims(), on)[0]
-        split_ms = round(layout_step_ms(spec, batch, layout, session_target, master_device, whole_step_repeats), 2)
+        layouts = {SPLIT: layout, **{n: single_device_layout(by_name[n]) for n in beside}}
+        timed.update(layout_steps_ms(spec, batch, layouts, session_target, master_device, whole_step_repeats))
+    for name in whole_step_devices:
+        i = [d.name for d in devices].index(name)
+        out[i] = dataclasses.replace(out[i], whole_step_ms=round(timed[name], 2))
+    split_ms = round(timed.get(SPLIT, 0.0), 2)
     return Profile(model=spec.name, batch=batch, image_shape=spec.image_shape, num_classes=spec.num_classes,
                    devices=tuple(out), split_step_ms=split_ms, split_step_devices=tuple(split_step_devices),
                    split_step_sizes={n: tuple(v) for n, v in (split_step_sizes or {}).items()})
 
 
+SPLIT = " split"  # the split step's key among layout_steps_ms's layouts (no device is named so)
+
+
 def layout_step_ms(spec: ModelSpec, batch: int, layout, session_target: str, master_device: str,
                    repeats: int) -> float:
-    """Median ms of at least ``repeats`` training steps of ``spec`` under ``layout`` (after WARMUP_STEPS not
-    counted; more until ``median_settled``), built as training builds it (the lowering, the optimizer,
-    the input fed from the client). Single steps of VGG-16 on a 0.35-core device measured 2.5-5.0 s after the first (throttling
-    stalls): the median of 3 put one profile's whole step 32% above the later measured one."""
+    """Median ms of at least ``repeats`` training steps of ``spec`` under ``layout`` (``layout_steps_ms``)."""
+    return layout_steps_ms(spec, batch, {"step": layout}, session_target, master_device, repeats)["step"]
+
+
+def layout_steps_ms(spec: ModelSpec, batch: int, layouts: Mapping[str, object], session_target: str,
+                    master_device: str, repeats: int) -> dict[str, float]:
+    """{name: median ms} of training steps of ``spec`` under each of ``layouts`` ({name: Layout}), built
+    at once on the same servers and timed in turn, one step each (after WARMUP_STEPS each not counted),
+    each until its median is settled (``median_settled``, at least ``repeats``). Built as training
+    builds them (the lowering, the optimizer, the input fed from the client). Single steps of VGG-16
+    on a 0.35-core device measured 2.5-5.0 s after the first (throttling stalls): the median of 3 put
+    one profile's whole step 32% above the later measured one."""
     from edgemesh_tf.profile.step_timer import LayoutRunner  # it imports this module
-    container = "profile_layout_step"
-    runner = LayoutRunner(spec, layout, batch, session_target, master_device, container=container)
+    containers = {name: "profile_layout_step_%d" % i for i, name in enumerate(layouts)}
+    runners = {}
     try:
-        for _ in range(WARMUP_STEPS):
-            runner.step_ms()
-        samples: list[float] = []
-        while not median_settled(samples, least=repeats):
-            samples.append(runner.step_ms())
-        logging.info("step of %s timed %d times: median %.1f ms, interval %s", layout.devices, len(samples),
-                     statistics.median(samples), median_interval(samples))
-        return statistics.median(samples)
+        for name, layout in layouts.items():
+            runners[name] = LayoutRunner(spec, layout, batch, session_target, master_device,
+                                         container=containers[name])
+        for r in runners.values():
+            for _ in range(WARMUP_STEPS):
+                r.step_ms()
+        samples: dict[str, list[float]] = {name: [] for name in layouts}
+        while not all(median_settled(v, least=repeats) for v in samples.values()):
+            for name, r in runners.items():
+                if not median_settled(samples[name], least=repeats):
+                    samples[name].append(r.step_ms())
+        for name, v in samples.items():
+            logging.info("step of %s timed %d times: median %.1f ms, interval %s", layouts[name].devices, len(v),
+                         statistics.median(v), median_interval(v))
+        return {name: statistics.median(v) for name, v in samples.items()}
     finally:
-        runner.close()
-        tf.Session.reset(session_target, containers=[container])
+        for r in runners.values():
+            r.close()
+        tf.Session.reset(session_target, containers=list(containers.values()))

@@ -21,17 +21,19 @@ def budgets(cluster: ClusterFile) -> dict[str, int]:
 def profile_workers(cluster: ClusterFile, spec: ModelSpec, batch: int, session_target: str,
                     pids: Mapping[str, int | None], *, repeats: int = 5, whole_step_devices: Sequence[str] = (),
                     split_step_devices: Sequence[str] = (),
-                    split_step_sizes: Mapping[str, Sequence[int]] | None = None) -> Profile:
+                    split_step_sizes: Mapping[str, Sequence[int]] | None = None,
+                    whole_beside_split: Sequence[str] = ()) -> Profile:
     """Measures every worker of a reachable ``cluster``; ``pids`` {device name: local server pid
     or None} enables the peak-memory reading; budgets come from the file's memory_mib.
-    whole_step_devices, split_step_devices, split_step_sizes: workers to time whole-model training
-    steps on, each alone, and workers to time steps of a split over, with its units per split dim
-    (None: even; they must hold the model, their parts; ``planner.calibrate.steps_to_time`` chooses them)."""
+    whole_step_devices, split_step_devices, split_step_sizes, whole_beside_split: workers to time
+    whole-model training steps on, each alone, and workers to time steps of a split over, with its
+    units per split dim (None: even), and the whole steps timed interleaved with it (they must hold
+    the model, their parts; ``planner.calibrate.steps_to_time`` chooses them)."""
     memory = budgets(cluster)
     devices = [DeviceToProfile(d.name, d.device_string, memory[d.name], pids.get(d.name)) for d in cluster.workers]
     profile = profile_devices(spec, batch, devices, session_target, cluster.master.device_string, repeats=repeats,
                               whole_step_devices=whole_step_devices, split_step_devices=split_step_devices,
-                              split_step_sizes=split_step_sizes)
+                              split_step_sizes=split_step_sizes, whole_beside_split=whole_beside_split)
     return with_media(profile, cluster)
 
 
@@ -46,10 +48,11 @@ def with_media(profile: Profile, cluster: ClusterFile) -> Profile:
 
 def profile_cluster(cluster: ClusterFile | str, spec: ModelSpec, batch: int, *, emulate: bool = True,
                     repeats: int = 5, whole_step_devices: Sequence[str] = (), split_step_devices: Sequence[str] = (),
-                    split_step_sizes: Mapping[str, Sequence[int]] | None = None, **up_kwargs) -> Profile:
+                    split_step_sizes: Mapping[str, Sequence[int]] | None = None,
+                    whole_beside_split: Sequence[str] = (), **up_kwargs) -> Profile:
     """Measures every worker of ``cluster`` for ``spec`` at ``batch`` examples per device step."""
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     with reach_servers(cluster, emulate, up_kwargs) as servers:
         return profile_workers(cluster, spec, batch, servers.target, servers.pids, repeats=repeats,
                                whole_step_devices=whole_step_devices, split_step_devices=split_step_devices,
-                               split_step_sizes=split_step_sizes)
+                               split_step_sizes=split_step_sizes, whole_beside_split=whole_beside_split)

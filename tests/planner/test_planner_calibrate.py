@@ -6,9 +6,9 @@ import pytest
 from edgemesh_tf.mesh.layout import even_split_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan
-from edgemesh_tf.planner.calibrate import (alone_memory_bytes, apportion, calibrated, compute_scale, compute_scales,
-                                           memory_fractions, plain_memory_bytes, split_step, steps_to_time,
-                                           whole_step_devices)
+from edgemesh_tf.planner.calibrate import (alone_memory_bytes, apportion, beside_split_step, calibrated, compute_scale,
+                                           compute_scales, memory_fractions, plain_memory_bytes, split_step,
+                                           steps_to_time, whole_step_devices)
 from edgemesh_tf.planner import cost
 from edgemesh_tf.planner.cost import predict
 
@@ -109,9 +109,25 @@ def test_the_split_step_is_timed_on_the_three_largest_budgets_if_each_holds_its_
     assert split_step({"a": need, "b": need // 8, "c": need}, SPEC, 32)[0] == ("a", "c")  # b cannot: two
     assert split_step({"a": need, "b": need // 8, "c": need // 8}, SPEC, 32) == ((), {})
     assert split_step({"a": need}, SPEC, 32) == ((), {})
-    assert steps_to_time({"a": need, "c": need}, SPEC, 32) == {
-        "whole_step_devices": ("a", "c"), "split_step_devices": ("a", "c"),
-        "split_step_sizes": {n: tuple(v) for n, v in even_split_layout(SPEC.split_dims(), "ac")[1].items()}}
+    big = 4 * need  # holds a whole step and its split part at once
+    assert steps_to_time({"a": need, "c": big}, SPEC, 32) == {
+        "whole_step_devices": ("c", "a"), "split_step_devices": ("c", "a"),
+        "split_step_sizes": {n: tuple(v) for n, v in even_split_layout(SPEC.split_dims(), "ca")[1].items()},
+        "whole_beside_split": ("c",)}
+
+
+def test_whole_steps_are_timed_beside_the_split_step_where_both_graphs_fit():
+    """pi4 and VGG-16: jetson0 (1 GiB) holds its whole step and its third of the split at once, pi1
+    (512 MiB) holds either but not both, so its whole step is timed on its own."""
+    spec = get_model("vgg16", (32, 32, 1), 10)
+    budgets = {"jetson0": 1024 << 20, "pi1": 512 << 20, "pi2": 256 << 20, "pi3": 192 << 20}
+    steps = steps_to_time(budgets, spec, 32)
+    assert steps["whole_step_devices"] == ("jetson0", "pi1")
+    assert steps["split_step_devices"] == ("jetson0", "pi1", "pi2")
+    assert steps["whole_beside_split"] == ("jetson0",)
+    assert beside_split_step(budgets, spec, 32, ("jetson0", "pi1"), (), {}) == ()  # no split step, nothing beside
+    # a device outside the split needs room only for its whole step
+    assert beside_split_step(budgets, spec, 32, ("pi1",), ("jetson0", "pi2"), {}) == ("pi1",)
 
 
 def test_a_device_short_of_an_even_part_takes_what_its_budget_holds_in_the_split_step():

@@ -54,7 +54,8 @@ def test_profile_edge2(vgg_digits, tmp_path):
         # quota's quantisation, not the configured speed, decides the ratio.
         profile = profile_devices(vgg_digits, 256, devices, em.session_target, em.device("chief"),
                                   whole_step_devices=("fast",), split_step_devices=("fast", "slow"),
-                                  split_step_sizes={"conv1": (24, 8), "conv2": (48, 16)})  # by speed, unevenly
+                                  split_step_sizes={"conv1": (24, 8), "conv2": (48, 16)},  # by speed, unevenly
+                                  whole_beside_split=("fast",))  # fast's whole step interleaved with the split
         assert time.perf_counter() - t0 < 60
         fast, slow = profile.device("fast"), profile.device("slow")
         assert [t.name for t in fast.layers] == list(vgg_digits.split_dims())
@@ -148,3 +149,17 @@ def test_steps_are_timed_until_the_median_is_settled():
     assert not median_settled(noisy + [99.0, 100.0])
     assert median_settled(noisy + [99.0, 100.0, 98.0, 101.0, 100.0])  # n = 10: the stall is outside (x_(2), x_(9))
     assert median_settled([100.0, 180.0] * 6) and not median_settled([100.0, 180.0] * 5)  # at most 11 steps
+
+
+def test_layouts_timed_in_turn_on_one_server_each_get_a_settled_median(vgg_digits):
+    """``layout_steps_ms`` builds every layout at once on the same server (each in its own container,
+    so the same variable names do not collide) and steps them in turn; each gets its own median."""
+    from edgemesh_tf.mesh.compat import tf
+    from edgemesh_tf.profile.profiler import layout_steps_ms
+
+    server = tf.distribute.Server.create_local_server()
+    dev = "/job:localhost/replica:0/task:0/device:CPU:0"
+    got = layout_steps_ms(vgg_digits, 8, {"one": single_device_layout(dev), "again": single_device_layout(dev)},
+                          server.target, dev, repeats=3)
+    assert set(got) == {"one", "again"} and all(ms > 0 for ms in got.values())
+    assert 1 / 3 < got["one"] / got["again"] < 3  # one layout twice, timed in turn: the same order
