@@ -216,8 +216,9 @@ def layout_step_ms(spec: ModelSpec, batch: int, layout, session_target: str, mas
 def layout_steps_ms(spec: ModelSpec, batch: int, layouts: Mapping[str, object], session_target: str,
                     master_device: str, repeats: int) -> dict[str, float]:
     """{name: median ms} of training steps of ``spec`` under each of ``layouts`` ({name: Layout}), built
-    at once on the same servers and timed in turn, one step each (after WARMUP_STEPS each not counted),
-    each until its median is settled (``median_settled``, at least ``repeats``). Built as training
+    at once on the same servers and timed in turn (after WARMUP_STEPS each; with several layouts, two
+    steps a turn of which the first is not counted), each until its median is settled
+    (``median_settled``, at least ``repeats``). Built as training
     builds them (the lowering, the optimizer, the input fed from the client). Single steps of VGG-16
     on a 0.35-core device measured 2.5-5.0 s after the first (throttling stalls): the median of 3 put
     one profile's whole step 32% above the later measured one."""
@@ -235,6 +236,11 @@ def layout_steps_ms(spec: ModelSpec, batch: int, layouts: Mapping[str, object], 
         while not all(median_settled(v, least=repeats) for v in samples.values()):
             for name, r in runners.items():
                 if not median_settled(samples[name], least=repeats):
+                    if len(runners) > 1:
+                        # not counted: a device idle during another layout's step has CPU quota left
+                        # over (CFS), and its next step runs faster than its steady state (vgg_wide on
+                        # pi4's jetson0: 48-54 ms counted so, 58-73 ms timed on its own)
+                        r.step_ms()
                     samples[name].append(r.step_ms())
         for name, v in samples.items():
             logging.info("step of %s timed %d times: median %.1f ms, interval %s", layouts[name].devices, len(v),
