@@ -195,9 +195,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
         layout = split_layout(split_step_sizes, on) if split_step_sizes else even_split_layout(spec.split_dims(), on)[0]
         layouts = {SPLIT: layout, **{n: single_device_layout(by_name[n]) for n in beside}}
         timed.update(layout_steps_ms(spec, batch, layouts, session_target, master_device, whole_step_repeats))
-    for name in whole_step_devices:
-        i = [d.name for d in devices].index(name)
-        out[i] = dataclasses.replace(out[i], whole_step_ms=round(timed[name], 2))
+    out = [dataclasses.replace(p, whole_step_ms=round(timed[p.name], 2)) if p.name in timed else p for p in out]
     split_ms = round(timed.get(SPLIT, 0.0), 2)
     return Profile(model=spec.name, batch=batch, image_shape=spec.image_shape, num_classes=spec.num_classes,
                    devices=tuple(out), split_step_ms=split_ms, split_step_devices=tuple(split_step_devices),
@@ -222,26 +220,17 @@ def layout_steps_ms(spec: ModelSpec, batch: int, layouts: Mapping[str, object], 
     builds them (the lowering, the optimizer, the input fed from the client). Single steps of VGG-16
     on a 0.35-core device measured 2.5-5.0 s after the first (throttling stalls): the median of 3 put
     one profile's whole step 32% above the later measured one."""
-    from edgemesh_tf.profile.step_timer import LayoutRunner  # it imports this module
+    from edgemesh_tf.profile.step_timer import LayoutRunner, step_in_turn  # it imports this module
     containers = {name: "profile_layout_step_%d" % i for i, name in enumerate(layouts)}
     runners = {}
     try:
         for name, layout in layouts.items():
             runners[name] = LayoutRunner(spec, layout, batch, session_target, master_device,
                                          container=containers[name])
-        for r in runners.values():
-            for _ in range(WARMUP_STEPS):
-                r.step_ms()
-        samples: dict[str, list[float]] = {name: [] for name in layouts}
-        while not all(median_settled(v, least=repeats) for v in samples.values()):
-            for name, r in runners.items():
-                if not median_settled(samples[name], least=repeats):
-                    if len(runners) > 1:
-                        # not counted: a device idle during another layout's step has CPU quota left
-                        # over (CFS), and its next step runs faster than its steady state (vgg_wide on
-                        # pi4's jetson0: 48-54 ms counted so, 58-73 ms timed on its own)
-                        r.step_ms()
-                    samples[name].append(r.step_ms())
+        # with several layouts, each turn's first step runs on quota left over while the device waited
+        # (vgg_wide on pi4's jetson0: 48-54 ms counted so, 58-73 ms timed on its own): not counted
+        samples = step_in_turn(runners, lambda _, v: not median_settled(v, least=repeats), warmup=WARMUP_STEPS,
+                               uncounted=int(len(runners) > 1))
         for name, v in samples.items():
             logging.info("step of %s timed %d times: median %.1f ms, interval %s", layouts[name].devices, len(v),
                          statistics.median(v), median_interval(v))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -88,13 +88,24 @@ def measure_side_by_side(runners: Mapping[str, LayoutRunner], steps: int | Mappi
     ``steps[name]``, a count per runner), so that a shared machine's noise hits every configuration
     alike. A runner is anything with step_ms()."""
     need = steps if isinstance(steps, Mapping) else {k: steps for k in runners}
+    return step_in_turn(runners, lambda name, times: len(times) < need[name], round_steps, warmup)
+
+
+def step_in_turn(runners: Mapping[str, LayoutRunner], more: Callable[[str, list[float]], bool], round_steps: int = 1,
+                 warmup: int = 0, uncounted: int = 0) -> dict[str, list[float]]:
+    """Each runner's step times (ms): ``warmup`` steps of each first, then turns in which every runner
+    that ``more(name, its times so far)`` runs ``uncounted`` steps, then ``round_steps`` timed ones,
+    until none wants more. (A device idle during another runner's steps keeps CFS quota it did not
+    use, and its next step runs partly on it: ``uncounted`` drops that step.)"""
     for r in runners.values():
         for _ in range(warmup):
             r.step_ms()
     times: dict[str, list[float]] = {k: [] for k in runners}
-    while any(len(times[k]) < need[k] for k in runners):
+    while any(more(k, times[k]) for k in runners):
         for name, r in runners.items():
-            if len(times[name]) < need[name]:
+            if more(name, times[name]):
+                for _ in range(uncounted):
+                    r.step_ms()
                 times[name] += [r.step_ms() for _ in range(round_steps)]
     return times
 

@@ -163,3 +163,24 @@ def test_layouts_timed_in_turn_on_one_server_each_get_a_settled_median(vgg_digit
                           server.target, dev, repeats=3)
     assert set(got) == {"one", "again"} and all(ms > 0 for ms in got.values())
     assert 1 / 3 < got["one"] / got["again"] < 3  # one layout twice, timed in turn: the same order
+
+
+def test_runners_step_in_turn_with_uncounted_steps_dropped():
+    """``step_in_turn`` (pure, no TF): warm-up steps, then turns of uncounted and counted steps per
+    runner until none wants more; the uncounted step of each turn is not among the times."""
+    from edgemesh_tf.profile.step_timer import measure_side_by_side, step_in_turn
+
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def step_ms(self):
+            self.n += 1
+            return float(self.n)  # the step's ordinal: which steps were counted shows in the times
+
+    a, b = Counter(), Counter()
+    times = step_in_turn({"a": a, "b": b}, lambda name, v: len(v) < (2 if name == "a" else 3), warmup=1, uncounted=1)
+    assert times == {"a": [3.0, 5.0], "b": [3.0, 5.0, 7.0]}  # step 1 warm-up; 2, 4, 6 uncounted
+    assert (a.n, b.n) == (5, 7)
+    c = Counter()
+    assert measure_side_by_side({"c": c}, 4, round_steps=3, warmup=2) == {"c": [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]}
