@@ -33,7 +33,7 @@ import time
 
 from absl import logging
 
-from edgemesh_tf.cluster import (calibration, cgroup, memory as memory_lib, netns, probe, procs,
+from edgemesh_tf.cluster import (calibration, cgroup, memory as memory_lib, netns, probe, procs, simd,
                                  spec as spec_lib, state as state_lib)
 from edgemesh_tf.cluster import emulated_network
 from edgemesh_tf.cluster.tf_config import cluster_spec_dict
@@ -171,7 +171,8 @@ class EmulatedCluster:
 
     def _spawn_server(self, name: str, mode: str) -> subprocess.Popen:
         with open(_log_path(self.run_dir, name), mode) as log:
-            p = procs.spawn(self._cmds[name], env=_child_env(), stdout=log, stderr=subprocess.STDOUT)
+            env = dict(_child_env(), **simd.server_env(self.spec.device(name).simd_bits))
+            p = procs.spawn(self._cmds[name], env=env, stdout=log, stderr=subprocess.STDOUT)
         self._procs[name] = p
         self.run.record_process(name, p.pid)
         return p

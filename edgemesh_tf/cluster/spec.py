@@ -31,11 +31,12 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from edgemesh_tf.cluster.simd import ONEDNN_ISA
 from edgemesh_tf.errors import InputError
 
 ROLES = ("chief", "worker", "ps")
 _DEVICE_KEYS = ("name", "role", "host", "port", "speed", "cpu_cores", "memory_mib", "bandwidth_mbit", "latency_ms",
-                "medium")
+                "medium", "simd_bits")
 _TOP_KEYS = ("name", "devices", "cpu_budget_cores", "media")
 _MEDIUM_KEYS = ("bandwidth_mbit",)
 MIN_SPEED_SHARE_CORES = 0.1  # what devices with a `speed` need at least, together (calibration floor)
@@ -57,6 +58,8 @@ class Device:
     bandwidth_mbit: rate of the device's link to the rest of the cluster (Mbit/s, each direction).
     latency_ms: one-way delay of that link (ms); a path between two devices crosses both links.
     medium: name of the shared medium (ClusterFile.media) the device's link goes through, or None.
+    simd_bits: width of the vector unit the emulated device computes with (128 = ARM NEON, a Pi's or
+        a Jetson's CPU; None = this machine's own; see cluster/simd.py). Not with `speed`.
     """
 
     name: str
@@ -70,6 +73,7 @@ class Device:
     latency_ms: float = 0.0
     cpu_cores: float | None = None
     medium: str | None = None
+    simd_bits: int | None = None
 
     @property
     def address(self) -> str:
@@ -186,6 +190,7 @@ def parse_cluster(data: Any, path: str = "<memory>") -> ClusterFile:
             latency_ms=float(_number(path, name, "latency_ms", raw.get("latency_ms", 0.0), positive=False)),
             cpu_cores=_number(path, name, "cpu_cores", raw.get("cpu_cores"), positive=True),
             medium=_medium_of(path, name, raw.get("medium"), media),
+            simd_bits=_simd_bits(path, name, raw),
         ))
         if devices[-1].speed is not None and devices[-1].cpu_cores is not None:
             raise _err(path, name, "cpu_cores", "give either speed (relative, calibrated) or cpu_cores (absolute), "
@@ -226,6 +231,19 @@ def _media(path: str, raw: Any) -> dict[str, float]:
 def _medium_of(path: str, device: str, value: Any, media: Mapping[str, float]) -> str | None:
     if value is not None and (not isinstance(value, str) or value not in media):
         raise _err(path, device, "medium", "unknown medium %r (the file's media: %s)" % (value, sorted(media) or "none"))
+    return value
+
+
+def _simd_bits(path: str, device: str, raw: Mapping) -> int | None:
+    value = raw.get("simd_bits")
+    if value is None:
+        return None
+    if isinstance(value, bool) or value not in ONEDNN_ISA:
+        raise _err(path, device, "simd_bits", "must be one of %s (bits of the device's vector unit: 128 for "
+                   "ARM NEON), got %r" % (sorted(ONEDNN_ISA), value))
+    if raw.get("speed") is not None:
+        raise _err(path, device, "simd_bits", "give cpu_cores (an absolute quota) with it, not speed: a "
+                   "relative speed is calibrated at this machine's own SIMD width")
     return value
 
 

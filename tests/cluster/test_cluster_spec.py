@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from edgemesh_tf.cluster import calibration, server, spec, tf_config
+from edgemesh_tf.cluster import calibration, server, simd, spec, tf_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GOOD = {
@@ -54,6 +54,9 @@ def _bad(mutate):
     (lambda d: d.update(media=[1]), None, "media"),
     (lambda d: (d.update(media={"wifi": {"bandwidth_mbit": -1}}), d["devices"][1].update(medium="wifi")), None,
      "media.wifi.bandwidth_mbit"),
+    (lambda d: d["devices"][2].update(simd_bits=64), "ps0", "simd_bits"),  # no such width
+    (lambda d: d["devices"][2].update(simd_bits=True), "ps0", "simd_bits"),
+    (lambda d: d["devices"][1].update(simd_bits=128), "w1", "simd_bits"),  # with a relative speed
 ])
 def test_validation_names_file_device_and_field(tmp_path, mutate, device, field):
     import yaml
@@ -69,6 +72,18 @@ def test_validation_names_file_device_and_field(tmp_path, mutate, device, field)
         assert "device %r" % device in msg, msg
     if field == "role" and device is None:
         assert "'ps'" in msg
+
+
+def test_simd_bits_caps_onednn_of_that_device_only():
+    data = _bad(lambda d: d["devices"][2].update(cpu_cores=0.3, simd_bits=128))
+    assert spec.parse_cluster(_bad(lambda d: d["devices"][2].update(simd_bits=256))).device("ps0").simd_bits == 256
+    c = spec.parse_cluster(data)
+    assert c.device("ps0").simd_bits == 128 and c.device("w0").simd_bits is None
+    assert simd.server_env(128) == {"ONEDNN_MAX_CPU_ISA": "SSE41"}
+    assert simd.server_env(256) == {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+    assert simd.server_env(512) == {} and simd.server_env(None) == {}
+    with pytest.raises(ValueError, match="simd_bits must be one of"):
+        simd.server_env(100)
 
 
 def test_unreadable_and_invalid_yaml(tmp_path):
@@ -94,12 +109,14 @@ def test_default_layouts(name):
 
 @pytest.mark.parametrize("name", ["pi4", "pi4wifi"])
 def test_realistic_edge_layouts(name):
-    """Pi/Jetson-class quotas (0.1-0.4 core, <= 1 core together), budgets that bind, 1 Gbit/s at
+    """Pi/Jetson-class quotas (0.1-0.4 core, <= 1 core together) and SIMD width, budgets that bind, 1 Gbit/s at
     <= 0.5 ms wired; the Wi-Fi variant's workers share one medium."""
     c = spec.load_cluster(os.path.join(REPO, "layouts", name + ".yaml"))
     cores = [d.cpu_cores for d in c.workers]
     assert all(0.1 <= x <= 0.4 for x in cores) and sum(cores) <= c.cpu_budget_cores <= 1.0
     assert min(d.memory_mib for d in c.workers) <= 256 and all(d.speed is None for d in c.devices)
+    # edge CPUs compute with 128-bit NEON; the wired ps and chief with this machine's own ISA
+    assert {d.simd_bits for d in c.workers} == {128} and {d.simd_bits for d in c.devices if d.role != "worker"} == {None}
     if name == "pi4":
         assert all(d.bandwidth_mbit == 1000 and d.latency_ms <= 0.5 for d in c.devices) and not c.media
     else:

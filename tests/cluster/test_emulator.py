@@ -23,7 +23,7 @@ def _spec(path="test.yaml"):
     return parse_cluster({"name": "t", "cpu_budget_cores": 0.9, "devices": [
         {"name": "w0", "role": "worker", "port": 2400, "speed": 1.0, "bandwidth_mbit": 50, "latency_ms": 3},
         {"name": "w1", "role": "worker", "port": 2401, "speed": 0.5, "bandwidth_mbit": 20, "latency_ms": 8},
-        {"name": "ps0", "role": "ps", "port": 2410},
+        {"name": "ps0", "role": "ps", "port": 2410, "simd_bits": 128},
     ]}, path)
 
 
@@ -120,6 +120,10 @@ def test_up_run_ops_and_down_leaves_nothing():
             cluster.set_slowdown("w0", 0)
         with open(cluster.devices["w0"].log) as f:
             assert "server ready: /job:worker/task:0" in f.read()
+        # ps0 computes with 128-bit vectors (oneDNN capped), the others with the machine's own
+        environ = {n: open("/proc/%d/environ" % cluster.devices[n].pid, "rb").read().split(b"\0") for n in ("w0", "ps0")}
+        assert b"ONEDNN_MAX_CPU_ISA=SSE41" in environ["ps0"]
+        assert not any(v.startswith(b"ONEDNN_MAX_CPU_ISA=") for v in environ["w0"])
         pids = [d.pid for d in cluster.devices.values()]
         assert leftovers(run_id)
     assert leftovers(run_id) == []
