@@ -40,7 +40,7 @@ def main(argv):
         cluster = load_cluster(FLAGS.cluster)
         profile = profile_cluster(cluster, spec, FLAGS.batch, emulate=FLAGS.emulate, repeats=FLAGS.repeats,
                                   **steps_to_time(budgets(cluster), spec, FLAGS.batch))
-    except ValueError as e:
+    except (ValueError, RuntimeError, TimeoutError) as e:  # bad input; a device died (named); no answer
         raise SystemExit("edgemesh profile: %s" % e)
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
     save_profile(profile, FLAGS.out)

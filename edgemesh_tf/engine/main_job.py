@@ -73,7 +73,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
     from edgemesh_tf.models import get_model
     from edgemesh_tf.planner import format_table, load_plan, plan, write_plan
     from edgemesh_tf.planner.calibrate import steps_to_time
-    from edgemesh_tf.profile.run import budgets, profile_workers
+    from edgemesh_tf.profile.run import budgets, profile_servers
     from edgemesh_tf.profile.types import save_profile
 
     s = job.settings
@@ -86,8 +86,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
         testbed = servers.summary
         emit(records.Testbed(**testbed))
         t0 = time.monotonic()
-        profile = profile_workers(cluster, spec, job.batch, servers.target, servers.pids,
-                                  **steps_to_time(budgets(cluster), spec, job.batch))
+        profile = profile_servers(cluster, spec, job.batch, servers, **steps_to_time(budgets(cluster), spec, job.batch))
         profile_path = os.path.join(s.logdir, "profile.json")
         save_profile(profile, profile_path)
         # a group pushes and pulls once per commit: the planner amortises that over the strategy's iterations

@@ -4,13 +4,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
-from edgemesh_tf.cluster.reach import reach_servers
+from edgemesh_tf.cluster.reach import Servers, reach_servers
 from edgemesh_tf.cluster.spec import ClusterFile, load_cluster
 from edgemesh_tf.models.spec import ModelSpec
 from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
 from edgemesh_tf.profile.types import Profile
 
 DEFAULT_MEMORY_MIB = 1024
+PROFILE_TIMEOUT_S = 1800.0
+"""Longest a cluster's profiling may take (s): VGG-16 on pi4's 128-bit devices takes ~10 min."""
 
 
 def budgets(cluster: ClusterFile) -> dict[str, int]:
@@ -37,6 +39,20 @@ def profile_workers(cluster: ClusterFile, spec: ModelSpec, batch: int, session_t
     return with_media(profile, cluster)
 
 
+def profile_servers(cluster: ClusterFile, spec: ModelSpec, batch: int, servers: Servers,
+                    timeout_s: float = PROFILE_TIMEOUT_S, **kwargs) -> Profile:
+    """``profile_workers`` on reached ``servers``. On the emulated testbed the wait is watched: a
+    device whose server dies (past its memory budget the kernel kills it) ends it at once with
+    ``cluster.watch.DeviceDied`` naming the device, where the session would wait on the dead server
+    for good; a testbed that answers nothing ends it after ``timeout_s`` (TimeoutError)."""
+    def run():
+        return profile_workers(cluster, spec, batch, servers.target, servers.pids, **kwargs)
+    if servers.testbed is None:
+        return run()
+    from edgemesh_tf.cluster.watch import watched
+    return watched(run, servers.testbed.check, timeout_s, "profiling the workers of %s" % cluster.path)
+
+
 def with_media(profile: Profile, cluster: ClusterFile) -> Profile:
     """``profile`` with each device's shared medium and its rate from ``cluster`` (a device's own link
     is measured; sharing shows only when devices send at once, so the file says it)."""
@@ -53,6 +69,6 @@ def profile_cluster(cluster: ClusterFile | str, spec: ModelSpec, batch: int, *, 
     """Measures every worker of ``cluster`` for ``spec`` at ``batch`` examples per device step."""
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
     with reach_servers(cluster, emulate, up_kwargs) as servers:
-        return profile_workers(cluster, spec, batch, servers.target, servers.pids, repeats=repeats,
+        return profile_servers(cluster, spec, batch, servers, repeats=repeats,
                                whole_step_devices=whole_step_devices, split_step_devices=split_step_devices,
                                split_step_sizes=split_step_sizes, whole_beside_split=whole_beside_split)
