@@ -1,7 +1,7 @@
 """Measured peak memory per device against the planner's memory model, and the model's fit.
 
     python bench/memory_fit.py [--models vgg,vgg_wide,vgg_m,vgg16] [--batches 8,32] [--ways 1,2,4]
-        [--dataset cifar10] [--steps 10] [--replica-models vgg16,vgg_wide] [--write]
+        [--dataset cifar10] [--steps 10] [--replica-models vgg16,vgg_wide] [--simd_bits 512,128] [--write]
 
 For every model, batch and even filter split over `ways` devices, a fresh set of TF servers (one
 per device, no CPU or memory limit: the peak is what the device needs) trains the split for
@@ -11,6 +11,9 @@ fragment its heap, and levels off by about the tenth (VGG-16 split two ways: a p
 265 MiB after 3 steps, 316 and 329 after 10, 321 and 329 after 12; an engine replica 398 and 416
 after 3 rounds, 458 and 465 after 10, 460 and 465 after 12). A long run lives at the level. The
 split's whole (master) tensors are spread over its devices (train/graph.py's default).
+Every point is measured at each SIMD width of --simd_bits (cluster/simd.py: oneDNN at 128 bits, as
+the Pi-class devices of layouts/pi4.yaml compute, picks other kernels and their scratch: VGG-16's
+peaks at batch 32 are 2-9% higher there), and one fit covers them all.
 The memory model's coefficients (planner/memory.py) are fitted to all points by relative
 least squares; the JSON reports every point with the fitted and the plain-count (`COUNTED`)
 prediction, the largest relative error of each, and the fit's error on each model when that model
@@ -44,11 +47,12 @@ from edgemesh_tf.planner import memory  # noqa: E402
 from edgemesh_tf.planner.model_stats import model_stats  # noqa: E402
 
 
-def _testbed(ways: int):
-    """A cluster of `ways` workers, a ps and a chief on free loopback ports."""
+def _testbed(ways: int, simd_bits: int):
+    """A cluster of `ways` workers computing at `simd_bits`, a ps and a chief on free loopback ports."""
     ports = free_ports(ways + 2)
     return parse_cluster({"name": "memfit%d" % ways, "devices": [
-        {"name": "w%d" % i, "role": "worker", "host": "127.0.0.1", "port": p} for i, p in enumerate(ports[:ways])]
+        {"name": "w%d" % i, "role": "worker", "host": "127.0.0.1", "port": p, "simd_bits": simd_bits}
+        for i, p in enumerate(ports[:ways])]
         + [{"name": "ps0", "role": "ps", "host": "127.0.0.1", "port": ports[ways]},
            {"name": "chief", "role": "chief", "host": "127.0.0.1", "port": ports[ways + 1]}]})
 
@@ -61,13 +65,13 @@ def _held(stats, shares, i):
     return [shares[d.name][i] if d.name in shares else d.units for d in stats.dims]
 
 
-def measure(spec, batch: int, ways: int, steps: int) -> tuple[list[tuple[list[int], int]], int]:
+def measure(spec, batch: int, ways: int, steps: int, simd_bits: int) -> tuple[list[tuple[list[int], int]], int]:
     """([(units held per dim, peak bytes)] of each device training `spec` split evenly over `ways`,
     peak bytes of the server hosting the session). The session is hosted apart (a "chief" server,
     which also holds the input placeholders), as the benchmarks do: a session's master costs its
     host 50-130 MiB (the graph, its optimisation and partitions), which would hide the devices' own."""
     from edgemesh_tf.profile.step_timer import measure_memory
-    cluster = _testbed(ways)
+    cluster = _testbed(ways, simd_bits)
     names = [d.name for d in cluster.workers]
     stats = model_stats(spec, batch)
     with emulated_cluster(cluster, network="userspace", compute="off", memory="off") as em:
@@ -77,13 +81,13 @@ def measure(spec, batch: int, ways: int, steps: int) -> tuple[list[tuple[list[in
     return [(_held(stats, shares, i), m.peak_bytes[n]) for i, n in enumerate(names)], m.peak_bytes["chief"]
 
 
-def measure_replica(spec, batch: int, ways: int, rounds: int) -> list[tuple[list[int], int]]:
+def measure_replica(spec, batch: int, ways: int, rounds: int, simd_bits: int) -> list[tuple[list[int], int]]:
     """[(units held per dim, peak bytes)] of each device of an engine replica (engine/round_timer.py:
     pull, a local iteration, a dense push, `rounds` times) of `spec` split evenly over `ways`, its
     session hosted apart on the chief as in `measure`."""
     from edgemesh_tf.engine.round_timer import RoundRunner
     from edgemesh_tf.profile.step_timer import PeakWatch
-    cluster = _testbed(ways)
+    cluster = _testbed(ways, simd_bits)
     names = [d.name for d in cluster.workers]
     stats = model_stats(spec, batch)
     with emulated_cluster(cluster, network="userspace", compute="off", memory="off") as em:
@@ -165,32 +169,40 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="steps (replicas: rounds) per point, see above")
     ap.add_argument("--replica-models", default="vgg16,vgg_wide",
                     help="models whose engine replicas are measured at the largest batch (the replica terms)")
+    ap.add_argument("--simd_bits", default="512,128", help="SIMD widths the workers compute at (cluster/simd.py)")
     ap.add_argument("--write", action="store_true", help="store the fit in " + memory.FIT_PATH)
     args = ap.parse_args()
     t0 = time.time()
     models = [m for m in args.models.split(",") if m]
-    points, sessions = [], []
-    for m in models:
-        spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
-        for b in [int(x) for x in args.batches.split(",") if x]:
+    points, sessions, replicas, point_bits, replica_bits = [], [], [], [], []
+    for bits in [int(x) for x in args.simd_bits.split(",") if x]:
+        for m in models:
+            spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
+            for b in [int(x) for x in args.batches.split(",") if x]:
+                stats = model_stats(spec, b)
+                for w in [int(x) for x in args.ways.split(",") if x]:
+                    devices, session = measure(spec, b, w, args.steps, bits)
+                    points += [(m, stats, held, peak, w, i) for i, (held, peak) in enumerate(devices)]
+                    point_bits += [bits] * len(devices)
+                    sessions.append((m, stats, w, session))
+                    print(f"[memory_fit] {m} batch {b} on {w} at {bits} bits: "
+                          f"{[round(pt[3] / 2 ** 20) for pt in points[-w:]]} MiB, "
+                          f"session host {session / 2 ** 20:.0f} MiB", file=sys.stderr, flush=True)
+        for m in [m for m in args.replica_models.split(",") if m]:
+            spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
+            b = max(int(x) for x in args.batches.split(",") if x)
             stats = model_stats(spec, b)
             for w in [int(x) for x in args.ways.split(",") if x]:
-                devices, session = measure(spec, b, w, args.steps)
-                points += [(m, stats, held, peak, w, i) for i, (held, peak) in enumerate(devices)]
-                sessions.append((m, stats, w, session))
-                print(f"[memory_fit] {m} batch {b} on {w}: {[round(pt[3] / 2 ** 20) for pt in points[-w:]]} MiB, "
-                      f"session host {session / 2 ** 20:.0f} MiB", file=sys.stderr, flush=True)
-    replicas = []
-    for m in [m for m in args.replica_models.split(",") if m]:
-        spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
-        b = max(int(x) for x in args.batches.split(",") if x)
-        stats = model_stats(spec, b)
-        for w in [int(x) for x in args.ways.split(",") if x]:
-            replicas += [(m, stats, held, peak, w, i) for i, (held, peak) in
-                         enumerate(measure_replica(spec, b, w, args.steps))]
-            print(f"[memory_fit] {m} replica batch {b} on {w}: {[round(pt[3] / 2 ** 20) for pt in replicas[-w:]]} MiB",
-                  file=sys.stderr, flush=True)
-    out = {"dataset": args.dataset, "steps": args.steps, **report(points, models, sessions, replicas),
+                replicas += [(m, stats, held, peak, w, i) for i, (held, peak) in
+                             enumerate(measure_replica(spec, b, w, args.steps, bits))]
+                replica_bits += [bits] * w
+                print(f"[memory_fit] {m} replica batch {b} on {w} at {bits} bits: "
+                      f"{[round(pt[3] / 2 ** 20) for pt in replicas[-w:]]} MiB", file=sys.stderr, flush=True)
+    fit = report(points, models, sessions, replicas)
+    for rows, bits in ((fit["points"], point_bits), (fit.get("replicas", []), replica_bits)):
+        for row, b in zip(rows, bits):
+            row["simd_bits"] = b
+    out = {"dataset": args.dataset, "steps": args.steps, **fit,
            "seconds": round(time.time() - t0, 1),
            "command": " ".join(["python", "bench/memory_fit.py", *sys.argv[1:]])}
     if args.write:
