@@ -117,14 +117,18 @@ def test_the_split_step_is_timed_on_the_three_largest_budgets_if_each_holds_its_
 
 
 def test_whole_steps_are_timed_beside_the_split_step_where_both_graphs_fit():
-    """pi4 and VGG-16: jetson0 (1 GiB) holds its whole step and its third of the split at once, pi1
-    (512 MiB) holds either but not both, so its whole step is timed on its own."""
+    """pi4 and VGG-16: jetson0 (1 GiB) holds its whole step and its third of the split at once; pi1's
+    512 MiB does not hold the whole step (455 MiB measured at 128-bit SIMD, bench/memory_fit.py).
+    With 640 MiB pi1 holds either but not both, so its whole step is timed on its own."""
     spec = get_model("vgg16", (32, 32, 1), 10)
     budgets = {"jetson0": 1024 << 20, "pi1": 512 << 20, "pi2": 256 << 20, "pi3": 192 << 20}
     steps = steps_to_time(budgets, spec, 32)
-    assert steps["whole_step_devices"] == ("jetson0", "pi1")
+    assert steps["whole_step_devices"] == ("jetson0",)
     assert steps["split_step_devices"] == ("jetson0", "pi1", "pi2")
     assert steps["whole_beside_split"] == ("jetson0",)
+    budgets["pi1"] = 640 << 20
+    steps = steps_to_time(budgets, spec, 32)
+    assert steps["whole_step_devices"] == ("jetson0", "pi1") and steps["whole_beside_split"] == ("jetson0",)
     assert beside_split_step(budgets, spec, 32, ("jetson0", "pi1"), (), {}) == ()  # no split step, nothing beside
     # a device outside the split needs room only for its whole step
     assert beside_split_step(budgets, spec, 32, ("pi1",), ("jetson0", "pi2"), {}) == ("pi1",)
