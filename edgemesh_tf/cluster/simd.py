@@ -6,7 +6,7 @@ slower in every respect at once: its convolutions *and* its gRPC serialization, 
 Capping the ISA of oneDNN (which runs TF's convolutions and matmuls) slows only the vector math, as
 the narrower unit of a real edge CPU does: measured single-threaded here, a 128x2048x2048 matmul
 160 -> 39 GFLOP/s and a 3x3 conv (128 -> 128 channels, 16x16) 139 -> 29 GFLOP/s at 128 bits.
-So a device at 0.25 core with 128-bit SIMD computes at Pi-4 speed (~5-10 GFLOP/s) while its link
+So a device at 0.15-0.35 core with 128-bit SIMD trains at Pi-4 speed (3-7 GFLOP/s in whole steps) while its link
 and its message handling are those of a 0.25-core device, the balance of compute to communication
 a real Pi has; without the cap, the same quota computes ~4x faster relative to its links.
 """
@@ -19,7 +19,9 @@ ONEDNN_ISA = {128: "SSE41", 256: "AVX2", 512: None}
 def server_env(simd_bits: int | None) -> dict[str, str]:
     """Environment variables for a device server computing with `simd_bits`-wide vectors (empty for
     None or 512: the machine's own ISA). oneDNN reads the variable once, when TF loads."""
-    isa = ONEDNN_ISA.get(simd_bits) if simd_bits is not None else None
-    if simd_bits is not None and simd_bits not in ONEDNN_ISA:
+    if simd_bits is None:
+        return {}
+    if simd_bits not in ONEDNN_ISA:
         raise ValueError("simd_bits must be one of %s, got %r" % (sorted(ONEDNN_ISA), simd_bits))
+    isa = ONEDNN_ISA[simd_bits]
     return {"ONEDNN_MAX_CPU_ISA": isa} if isa else {}
