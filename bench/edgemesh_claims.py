@@ -50,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from edgemesh_tf.cluster import emulated_cluster, load_cluster  # noqa: E402
+from edgemesh_tf.cluster.reach import of_testbed  # noqa: E402
 from edgemesh_tf.cluster.watch import DeviceDied, watched  # noqa: E402
 from edgemesh_tf.data import IMAGE_SHAPES  # noqa: E402
 from edgemesh_tf.engine.config import SyncConfig  # noqa: E402
@@ -60,7 +61,7 @@ from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import model_stats, plan, predict  # noqa: E402
 from edgemesh_tf.planner.grid import GroupPlan, staleness_charge  # noqa: E402
 from edgemesh_tf.planner.calibrate import calibrated, steps_to_time  # noqa: E402
-from edgemesh_tf.profile.run import PROFILE_TIMEOUT_S, budgets, profile_workers  # noqa: E402
+from edgemesh_tf.profile.run import budgets, profile_servers  # noqa: E402
 from edgemesh_tf.profile.step_timer import LayoutRunner, PeakWatch, measure_side_by_side  # noqa: E402
 
 PAPER = {"delay_reduction_x": 3.2, "memory_change": -0.43}
@@ -298,10 +299,8 @@ def main():
     out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch,
            "steps": args.steps, "commit_interval": args.commit_interval, "paper": PAPER, "modes": {}, "errors": []}
     with emulated_cluster(cluster, memory="off") as em:
-        profile = watched(lambda: profile_workers(cluster, spec, args.batch, em.session_target,
-                                                  {n: d.pid for n, d in em.devices.items()},
-                                                  **steps_to_time(budgets(cluster), spec, args.batch)),
-                          em.check, PROFILE_TIMEOUT_S, "profiling the workers of %s" % args.cluster)
+        profile = profile_servers(cluster, spec, args.batch, of_testbed(em),
+                                  **steps_to_time(budgets(cluster), spec, args.batch))
     _progress("profiled", t_start)
     out["profile"] = json.loads(profile.to_json())  # as measured: lets the cost model be re-checked offline
     # the planner plans from the calibrated layer times (planner/calibrate.py); as measured reported beside them

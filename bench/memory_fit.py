@@ -174,13 +174,14 @@ def main():
     args = ap.parse_args()
     t0 = time.time()
     models = [m for m in args.models.split(",") if m]
+    batches, ways = [int(x) for x in args.batches.split(",") if x], [int(x) for x in args.ways.split(",") if x]
     points, sessions, replicas, point_bits, replica_bits = [], [], [], [], []
     for bits in [int(x) for x in args.simd_bits.split(",") if x]:
         for m in models:
             spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
-            for b in [int(x) for x in args.batches.split(",") if x]:
+            for b in batches:
                 stats = model_stats(spec, b)
-                for w in [int(x) for x in args.ways.split(",") if x]:
+                for w in ways:
                     devices, session = measure(spec, b, w, args.steps, bits)
                     points += [(m, stats, held, peak, w, i) for i, (held, peak) in enumerate(devices)]
                     point_bits += [bits] * len(devices)
@@ -190,9 +191,9 @@ def main():
                           f"session host {session / 2 ** 20:.0f} MiB", file=sys.stderr, flush=True)
         for m in [m for m in args.replica_models.split(",") if m]:
             spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
-            b = max(int(x) for x in args.batches.split(",") if x)
+            b = max(batches)
             stats = model_stats(spec, b)
-            for w in [int(x) for x in args.ways.split(",") if x]:
+            for w in ways:
                 replicas += [(m, stats, held, peak, w, i) for i, (held, peak) in
                              enumerate(measure_replica(spec, b, w, args.steps, bits))]
                 replica_bits += [bits] * w
