@@ -10,7 +10,10 @@ Modes, each updating the model with --batch examples per step:
   alone:<device>  the device trains the whole model alone (every worker; "single" in the paper)
   data_parallel   synchronous data parallelism over the devices that held the model alone, the
                   batch split in proportion to their measured speed alone (its strongest version)
-  filter_split    the planner's one-group plan; the benchmark fails if it splits no dim
+  filter_split    the planner's one-group plan, planned for the step it runs here: one plain layout
+                  with no parameter server (`plan(engine=False)`, as `edgemesh train --layout` trains
+                  it), which needs less memory per device than the engine's replica; the benchmark
+                  fails if it splits no dim
   even            every split dim split evenly over the one-group plan's devices (timed only: the
                   cost model's prediction of a layout the planner did not choose)
   hybrid          the planner's grid, planned as `edgemesh run` plans it: at the default strategy's
@@ -18,8 +21,11 @@ Modes, each updating the model with --batch examples per step:
                   than one group, the groups run AHL's rounds concurrently, each on its own batch:
                   pull the global model from the ps, H local iterations, a dense push of the
                   change (engine/round_timer.py, the engine's replica graph), so the commits are
-                  paid in its delay. When the grid is the one-group plan itself, it is measured
-                  once (for both).
+                  paid in its delay. A one-group grid needs no parameter server (EdgeMesh's ps is
+                  between groups): it is then run, and so planned, as the one plain layout of
+                  `filter_split`, and measured once (for both). The engine's own grid (what
+                  `edgemesh run` would train, replicas' memory counted) is recorded as
+                  `engine_grid_plan`, untimed.
 Delay is ms per example: step time / batch; for the hybrid 1 / sum over groups of (batch / its
 median time per local iteration while all groups run, a round's pull and push included). Its
 groups commit asynchronously: the record also gives the delay charged for staleness as the planner
@@ -307,15 +313,17 @@ def main():
     cal = calibrated(profile, spec)
     out["compute_scale"] = cal.compute_scale
     out["split_overhead_ms_per_peer"] = {d.name: d.split_overhead_ms for d in cal.devices}
-    stats = model_stats(spec, args.batch)
+    stats = model_stats(spec, args.batch, engine=False)  # the one-group layouts run here without a ps
 
     def uncalibrated_step_ms(names, sizes, commit_every=None) -> float:
         return round(per_iteration_ms(predict([profile.device(n) for n in names], stats, dict(sizes),
                                               profile_batch=profile.batch,
                                               ps_bandwidth_mbit=profile.ps_bandwidth_mbit), commit_every), 1)
 
-    plans = {"filter_split": plan(profile, spec, groups=1, batch=args.batch),
-             "hybrid": plan(profile, spec, batch=args.batch, commit_interval=args.commit_interval)}
+    plans = {"filter_split": plan(profile, spec, batch=args.batch, engine=False),
+             "engine_grid": plan(profile, spec, batch=args.batch, commit_interval=args.commit_interval)}
+    # a one-group grid commits to no ps here: it runs, and so is planned, as the plain layout
+    plans["hybrid"] = plans["engine_grid"] if len(plans["engine_grid"].groups) > 1 else plans["filter_split"]
     plans["even"] = even_plan(plans["filter_split"], cal, spec, stats, args.batch)
     for m, p in plans.items():
         every = args.commit_interval if commits(m, plans) else None

@@ -52,6 +52,13 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
                f"communication {', '.join(fmt(x, 0) for x in g['predicted_comm_ms'])} ms"
                if len(g.get("predicted_comm_ms", ())) > 1 else "")
             for g in p.get("groups", [])))
+    eg = res.get("engine_grid_plan")
+    if eg and eg.get("groups") != (res.get("hybrid_plan") or {}).get("groups"):
+        text.append("- The engine's grid (what `edgemesh run` would train, its replicas' anchors, residuals and ps "
+                    "buffers counted in memory; not timed): " + "; ".join(
+                        "[" + ", ".join(g["devices"]) + f"] predicted {fmt(g['predicted_step_ms'], 0)} ms a step"
+                        for g in eg.get("groups", [])) + ". A one-group grid commits to no ps here, so `hybrid` "
+                    "is the one-group plan planned for the plain layout it runs.")
     hp, hd = res.get("hybrid_plan") or {}, modes.get("hybrid", {})
     if hp.get("idle"):
         text.append(f"- The plan leaves {', '.join(hp['idle'])} idle: by the cost and memory models (with the memory "

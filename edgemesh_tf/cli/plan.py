@@ -1,6 +1,7 @@
 """`edgemesh plan`: the grid and filter division of a model on a profiled cluster, as a layout file.
 
     edgemesh plan --profile profiles/edge4.json --model vgg --out layouts/edge4_plan.yaml [--groups K] [--batch B]
+        [--noengine]
 
 Prints a table of layers x devices (filters per device, predicted ms) and writes the layout YAML
 (one group: a plain layout for `edgemesh train --layout`; several: a `groups:` list).
@@ -17,6 +18,9 @@ flags.DEFINE_integer("groups", None, "Number of data-parallel groups (default: t
                      lower_bound=1)
 flags.DEFINE_integer("batch", None, "Examples per group per step (default: the profile's batch).", lower_bound=1)
 flags.DEFINE_integer("chunks", None, "Coarse granularity: shares in multiples of about units/chunks.", lower_bound=1)
+flags.DEFINE_bool("engine", True, "Plan for the engine's replicas (`edgemesh run`, `edgemesh train --sync`): every "
+                  "device also keeps anchors, residuals and parameter-server buffers. --noengine: one group trained "
+                  "as a single layout without a ps (`edgemesh train --layout`), which needs less memory.")
 flags.DEFINE_integer("commit_interval", 1, "Local steps per parameter-server commit (sync cost is divided by it).",
                      lower_bound=1)
 
@@ -39,7 +43,7 @@ def main(argv):
             raise ValueError("--groups %d: the profile has only %d devices" % (FLAGS.groups, len(profile.devices)))
         spec = get_model(model, tuple(profile.image_shape), profile.num_classes)
         result = plan(profile, spec, groups=FLAGS.groups, batch=FLAGS.batch, chunks=FLAGS.chunks,
-                      commit_interval=FLAGS.commit_interval)
+                      commit_interval=FLAGS.commit_interval, engine=FLAGS.engine)
         print(format_table(result))
         if FLAGS.out:
             write_plan(result, FLAGS.out)

@@ -208,8 +208,9 @@ def input_medium_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
 def fixed_memory_bytes(stats: ModelStats, k: int) -> list[int]:
     """Bytes each device of a ``k``-device group holds whatever the shares: the runtime, the (gathered)
     inputs of all layers and its part of the whole tensors, an engine replica's anchors and residuals
-    included (plans are for the engine); the first device also hosts the group's session."""
-    fixed = MEMORY.fixed_bytes(stats, k, replica=True)
+    included when the step is an engine replica's (``stats.engine``); the first device also hosts
+    the group's session."""
+    fixed = MEMORY.fixed_bytes(stats, k, replica=stats.engine)
     return [fixed + MEMORY.session_host_bytes(stats, k)] + [fixed] * (k - 1)
 
 

@@ -81,6 +81,8 @@ class Plan:
     kind: "grid", or the alternative it is: "fastest_device", "all_replicated", "sync_data_parallel".
     alternatives: (kind, examples/s) of each alternative that fits in memory, by the same objective.
     idle: devices of the profile that no group uses.
+    engine: planned for the engine's replicas (True) or for one plain layout without a ps (False;
+      ``plan(engine=False)``).
     """
 
     model: str
@@ -92,6 +94,7 @@ class Plan:
     alternatives: tuple[tuple[str, float], ...] = ()
     idle: tuple[str, ...] = ()
     staleness_penalty: float = STALENESS_PENALTY
+    engine: bool = True
 
 
 def capability_groups(devices: Sequence[DeviceProfile], k: int) -> list[list[DeviceProfile]]:
@@ -247,7 +250,7 @@ def _search(grid: _Grid, devices, groups: int | None):
 def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch: int | None = None,
          chunks: int | None = None, commit_interval: int = 1,
          staleness_penalty: float = STALENESS_PENALTY, calibrate: bool = True,
-         memory_margin: float | None = None) -> Plan:
+         memory_margin: float | None = None, engine: bool = True) -> Plan:
     """Plans the grid and the filter division of ``spec`` on the devices of ``profile``.
 
     groups: force this many data-parallel groups (default: the best grid found, any number).
@@ -260,6 +263,11 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
       measured (docs/DESIGN.md; bench/planner.py and bench/edgemesh_claims.py report both).
     memory_margin: predicted bytes times this must fit each budget (>= 1; default: the memory
       model's headroom, see the module docstring).
+    engine: plan for the engine's replicas (the main job and hybrid training: every device also
+      keeps anchors, residuals and ps buffers, ``ModelStats.engine``). False: one group trained as a
+      single layout with no parameter server (`edgemesh train --layout`): it needs less memory, so
+      devices too small for a replica's share may join; ``groups`` must then be None or 1 (several
+      groups need a ps).
     Raises PlanError when nothing fits in memory.
     """
     if not profile.devices:
@@ -268,6 +276,11 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
         raise ValueError("profile: batch must be a positive integer (examples per step), got %r" % (profile.batch,))
     if commit_interval < 1:
         raise ValueError("commit_interval must be >= 1 local steps, got %r" % commit_interval)
+    if not engine:
+        if groups not in (None, 1):
+            raise ValueError("groups=%r without the engine: several data-parallel groups need its parameter server; "
+                             "a plan for one plain layout has one group" % (groups,))
+        groups = 1
     if not (isinstance(staleness_penalty, (int, float)) and staleness_penalty >= 0):
         raise ValueError("staleness_penalty must be a number >= 0, got %r" % (staleness_penalty,))
     margin = cost.MEMORY.headroom_for(spec.name) if memory_margin is None else memory_margin
@@ -277,7 +290,7 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     if calibrate:
         profile = calibrated(profile, spec)
     profile = within_margin(profile, margin)
-    stats = model_stats(spec, batch)
+    stats = model_stats(spec, batch, engine)
     devices, pb, ps_bw = profile.devices, profile.batch, profile.ps_bandwidth_mbit
     rate = lambda divs: throughput([d.prediction for d in divs], batch, commit_interval, staleness_penalty)
     screen = max(chunks or 0, SCREEN_CHUNKS)
@@ -304,4 +317,4 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     gp = tuple(GroupPlan(d.names, d.layout().validate(dims), d.prediction, batch) for d in divs)
     used = {n for d in divs for n in d.names}
     return Plan(spec.name, gp, value, commit_interval, tuple(sorted(per_k.items())), kind, recorded,
-                tuple(d.name for d in devices if d.name not in used), staleness_penalty)
+                tuple(d.name for d in devices if d.name not in used), staleness_penalty, engine)

@@ -39,12 +39,19 @@ class DimStats:
 
 @dataclasses.dataclass(frozen=True)
 class ModelStats:
-    """Per-dim stats in layer order, for ``batch`` examples per step."""
+    """Per-dim stats in layer order, for ``batch`` examples per step.
+
+    engine: the step runs as an engine replica (the main job, `edgemesh run`, hybrid training): every
+      device also keeps anchors and residuals and passes whole tensors through ps buffers
+      (``memory.MemoryModel.replica_bytes``). False: as one plain layout with no parameter server
+      (`edgemesh train --layout`), which needs less memory.
+    """
 
     model: str
     batch: int
     dims: tuple[DimStats, ...]
     image_bytes: int  # per example
+    engine: bool = True
 
     @property
     def param_bytes(self) -> int:
@@ -58,8 +65,9 @@ class ModelStats:
         raise ValueError("model %s has no split dim %r; dims: %s" % (self.model, name, [d.name for d in self.dims]))
 
 
-def model_stats(spec: ModelSpec, batch: int) -> ModelStats:
-    """Sizes of every split dim of ``spec`` (in layer order) for ``batch`` examples per step."""
+def model_stats(spec: ModelSpec, batch: int, engine: bool = True) -> ModelStats:
+    """Sizes of every split dim of ``spec`` (in layer order) for ``batch`` examples per step;
+    ``engine``: see ``ModelStats``."""
     if batch < 1:
         raise ValueError("batch must be a positive integer, got %r" % batch)
     dims: list[DimStats] = []
@@ -75,4 +83,4 @@ def model_stats(spec: ModelSpec, batch: int) -> ModelStats:
             dims.append(DimStats(layer.name, layer.units, features + 1, FLOAT_BYTES * layer.units, in_bytes,
                                  2 * features * layer.units, FLOAT_BYTES * layer.units))
     h0, w0, c0 = spec.image_shape
-    return ModelStats(spec.name, batch, tuple(dims), FLOAT_BYTES * h0 * w0 * c0)
+    return ModelStats(spec.name, batch, tuple(dims), FLOAT_BYTES * h0 * w0 * c0, engine)

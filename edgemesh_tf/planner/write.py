@@ -48,6 +48,9 @@ def _header(plan: Plan) -> str:
              "(commit to the parameter server every %d step(s)). The `predicted:` blocks are the cost model's"
              % plan.commit_interval,
              "estimates (ms per step, bytes per device); the trainer ignores them."]
+    if not plan.engine:
+        lines.append("Planned for one plain layout without a parameter server (`edgemesh train --layout`): the engine's "
+                     "replicas (`edgemesh run`) need more memory per device.")
     if plan.alternatives:
         lines.append("alternatives (effective examples/s): " + _alternatives(plan))
     if plan.idle:

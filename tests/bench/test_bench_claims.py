@@ -91,6 +91,12 @@ def test_report_shows_modes_out_of_memory_and_claims(tmp_path):
     assert "| delay_mean_alone_over_hybrid | 5.0 | ≥ 3.2 | pass |" in text
     assert "[a, b, c] conv1 [30, 20, 14]" in text and "a 20, b 12" in text
     assert plots == ["claims.png"] and (tmp_path / "claims.png").exists()
+    assert "engine's grid" not in text
+    # the engine's one-group grid (replicas' memory counted) differs from the plain layout measured: shown, untimed
+    res["engine_grid_plan"] = {"kind": "grid", "groups": [{"devices": ["a", "b"], "sizes": {"conv1": [40, 24]},
+                                                           "predicted_step_ms": 410.4}]}
+    text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "The engine's grid (what `edgemesh run` would train" in text and "[a, b] predicted 410 ms a step" in text
 
 
 def test_quotas_are_restored_after_each_first_run_and_before_any_counted_step():

@@ -88,3 +88,35 @@ def test_forced_groups_and_memory_error():
     assert len(result.groups) == 2 and all(g.batch == 16 for g in result.groups)
     with pytest.raises(PlanError, match=r"device n\d: .* bytes missing"):
         plan(_homo(4, bw=100, lat=1, mem=1 << 20), VGG32)
+
+
+def test_a_plan_without_the_engine_admits_a_device_too_small_for_a_replicas_share():
+    """pi4-like: VGG-16, three equal Pi-class devices on fast links; the third device's budget holds
+    most of a third of a plain step (with the headroom) but not what an engine replica keeps whatever
+    its share (anchors, residuals, ps buffers), so only a plan for one plain layout (`edgemesh train
+    --layout`) uses all three."""
+    from edgemesh_tf.planner import cost
+
+    spec = get_model("vgg16", (32, 32, 1), 10)
+    stats = model_stats(spec, 32)
+    headroom = cost.MEMORY.headroom_for(spec.name)
+    small = int(cost.fixed_memory_bytes(stats, 3)[1] * headroom * 0.98)  # an engine replica's fixed bytes do not fit
+    plain_fixed = cost.fixed_memory_bytes(model_stats(spec, 32, engine=False), 3)[1]
+    assert plain_fixed * headroom < small * 0.6  # the premise: a plain step's leave room for a share
+    devs = [flops_device("p%d" % i, stats, 4, i, bw=10000, lat=0.05, mem=(8 << 30) if i < 2 else small)
+            for i in range(3)]
+    prof = profile(spec, devs, 32)
+    engine, layout = plan(prof, spec, groups=1), plan(prof, spec, engine=False)
+    assert engine.engine and not layout.engine
+    assert "p2" in engine.idle and engine.groups[0].names == ("p0", "p1")
+    assert len(layout.groups) == 1 and set(layout.groups[0].names) == {"p0", "p1", "p2"} and not layout.idle
+    assert layout.groups[0].layout.rules  # filters are split over the three
+    for d, m in zip(layout.groups[0].names, layout.groups[0].prediction.memory_bytes):
+        assert m * headroom <= prof.device(d).memory_bytes
+    assert layout.groups[0].prediction.step_ms < engine.groups[0].prediction.step_ms
+    # the same shares predicted for an engine replica: p2 over its budget
+    replica_stats = model_stats(spec, 32, engine=True)
+    held = [dict(layout.groups[0].layout.sizes).get(d.name, (d.units,) * 3)[2] for d in stats.dims]
+    assert cost.held_memory_bytes(replica_stats, [held] * 3)[2] * headroom > small
+    with pytest.raises(ValueError, match="several data-parallel groups need its parameter server"):
+        plan(prof, spec, groups=2, engine=False)

@@ -168,6 +168,24 @@ def test_vgg16_replicas_do_not_fit_the_two_smallest_boards():
     assert {"pi2", "pi3"} <= too_small and {"pi2", "pi3"} <= set(result.idle)
 
 
+def test_vgg16_as_one_plain_layout_takes_pi2_into_the_split():
+    """Without the engine's replica (one group, no ps: `edgemesh train --layout`, what
+    bench/edgemesh_claims.py runs) pi2's 256 MiB, and here pi3's 192 MiB, hold a share of VGG-16 with
+    the headroom."""
+    from planner_util import profile
+
+    from edgemesh_tf.planner import plan
+
+    spec = get_model("vgg16", (32, 32, 1), 10)
+    devs = _pi4(model_stats(spec, 32))
+    result = plan(profile(spec, devs, 32), spec, engine=False)
+    assert len(result.groups) == 1 and {"pi2", "pi3"} <= set(result.groups[0].names) and result.kind == "grid"
+    assert all(len(shares) == len(result.groups[0].names) for _, shares in result.groups[0].layout.sizes)
+    headroom = cost.MEMORY.headroom_for("vgg16")
+    assert all(m * headroom <= {d.name: d.memory_bytes for d in devs}[n]
+               for m, n in zip(result.groups[0].prediction.memory_bytes, result.groups[0].names))
+
+
 def test_the_session_host_is_fitted_apart_and_charged_to_a_groups_first_device():
     true = memory.MemoryModel(50 * 2 ** 20, 4.5, 2.5, 2.0, "known", 40 * 2 ** 20, 1.5, 20 * 2 ** 20)
     sessions = []

@@ -36,6 +36,9 @@ def test_single_group_file_is_a_plain_layout(tmp_path):
     pred = yaml.safe_load(text)["predicted"]
     assert pred["step_ms"] == pytest.approx(result.groups[0].prediction.step_ms, abs=1e-3)
     assert list(pred["memory_bytes"].values()) == list(result.groups[0].prediction.memory_bytes)
+    assert "without a parameter server" not in text
+    write_plan(plan(_profile(), VGG, engine=False), path)  # planned for `edgemesh train --layout`: the header says so
+    assert "Planned for one plain layout without a parameter server" in open(path).read()
 
 
 def test_multi_group_file_loads_with_load_plan(tmp_path):
@@ -93,5 +96,7 @@ def test_cli_writes_plan_and_rejects_bad_profiles(tmp_path):
     run = _cli("--profile", str(broken))
     assert run.returncode != 0 and "field 'layers' must be a non-empty list" in run.stderr
     assert "Traceback" not in run.stderr
+    run = _cli("--profile", prof, "--groups", "2", "--noengine")
+    assert run.returncode != 0 and "groups=2 without the engine" in run.stderr and "Traceback" not in run.stderr
     run = _cli("--profile", prof, "--model", "resnet")
     assert run.returncode != 0 and "measured for model 'vgg', not 'resnet'" in run.stderr
