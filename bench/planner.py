@@ -7,8 +7,8 @@
    (1-8 GFLOP/s, 10-1000 Mbit/s, 1-10 ms) and records the seconds, groups and idle devices.
 
 1. Starts the emulated cluster (its memory limits off: each device alone is measured, whatever it
-   may hold), profiles every worker (edgemesh profile), plans one group over all
-   workers (edgemesh plan --groups 1) and builds the even split over the same devices.
+   may hold), profiles every worker (edgemesh profile), plans one group as the plain layout it
+   measures, without a ps (edgemesh plan --noengine), and builds the even split over every worker.
 2. Measures the planned layout, the even split over every worker, over the three fastest (`even:3`)
    and each worker alone (the groups of the all-replicated alternative) side by side (interleaved rounds) through the servers: median
    step time, compared with the cost model's prediction as the planner makes it (calibrated by the
@@ -85,7 +85,7 @@ def profile_and_measure(em, cluster, spec, args) -> dict:
     out["profile_s"] = round(time.time() - t0, 1)
     out["profile"] = json.loads(profile.to_json())  # as measured: lets the cost model be re-checked offline
     stats = model_stats(spec, args.batch)
-    planned = plan(profile, spec, groups=1, batch=args.batch).groups[0]
+    planned = plan(profile, spec, batch=args.batch, engine=False).groups[0]  # the plain layout measured here
     even, even_assign = even_split_layout(spec.split_dims(), [em.device(n) for n in workers])
     layouts = {"planned": planned.layout, "even": even}
     assigns = {"planned": (planned.names, dict(planned.layout.sizes)), "even": (workers, even_assign)}
