@@ -43,8 +43,9 @@ class ModelStats:
 
     engine: the step runs as an engine replica (the main job, `edgemesh run`, hybrid training): every
       device also keeps anchors and residuals and passes whole tensors through ps buffers
-      (``memory.MemoryModel.replica_bytes``). False: as one plain layout with no parameter server
-      (`edgemesh train --layout`), which needs less memory.
+      (``memory.MemoryModel.replica_bytes``), and the group's first device hosts its session. False:
+      as one plain layout with no parameter server, its session on the chief (`edgemesh train
+      --layout`), which needs less memory.
     """
 
     model: str
