@@ -90,8 +90,7 @@ def bandwidth_mbit(cluster, name: str, expected_mbit: float | None, seconds: flo
 class LinkSinks:
     """A TCP sink in each device's namespace (root's python, no cgroup): `mbit(names)` sends to
     them at once and returns each one's Mbit/s (the bare links, shared media included), the median
-    of `repeats` sends: one 1 s send from Python on a loaded 2-core host fell 17-22% short of
-    1 Gbit/s in some runs and not in others."""
+    of `repeats` sends of `seconds` each."""
 
     def __init__(self, cluster, names):
         self.cluster, self.procs, self.ports = cluster, {}, {}
