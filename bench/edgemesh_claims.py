@@ -320,10 +320,13 @@ def main():
                                               profile_batch=profile.batch,
                                               ps_bandwidth_mbit=profile.ps_bandwidth_mbit), commit_every), 1)
 
-    plans = {"filter_split": plan(profile, spec, batch=args.batch, engine=False),
-             "engine_grid": plan(profile, spec, batch=args.batch, commit_interval=args.commit_interval)}
-    # a one-group grid commits to no ps here: it runs, and so is planned, as the plain layout
-    plans["hybrid"] = plans["engine_grid"] if len(plans["engine_grid"].groups) > 1 else plans["filter_split"]
+    grid = plan(profile, spec, batch=args.batch, commit_interval=args.commit_interval)
+    plans = {"filter_split": plan(profile, spec, batch=args.batch, engine=False)}
+    # a one-group grid commits to no ps here: it runs, and so is planned, as the plain layout; the
+    # engine's own is recorded (untimed) as engine_grid
+    plans["hybrid"] = grid if len(grid.groups) > 1 else plans["filter_split"]
+    if len(grid.groups) == 1:
+        plans["engine_grid"] = grid
     plans["even"] = even_plan(plans["filter_split"], cal, spec, stats, args.batch)
     for m, p in plans.items():
         every = args.commit_interval if commits(m, plans) else None

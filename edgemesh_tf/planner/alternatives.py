@@ -66,8 +66,7 @@ def sync_data_parallel(devices: Sequence[DeviceProfile], stats: ModelStats, prof
     per_example = {d.name: transfer_ms(stats.image_bytes, d.bandwidth_mbit)
                    + sum(d.layer_ms(x.name) for x in stats.dims) / b0 for d in devices}
     weights, act = cost.MEMORY.whole_model_bytes(stats, B, replica=stats.engine)  # (batch-independent bytes, bytes per example)
-    if stats.engine:  # an engine replica alone hosts its own session (as every first device); a layout's is the chief's
-        weights += cost.MEMORY.session_host_bytes(stats)
+    weights += cost.session_bytes(stats)  # a device alone is its group's first device
     fit = [d for d in devices if weights + act <= d.memory_bytes]
     if not fit:
         return None

@@ -208,10 +208,17 @@ def input_medium_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
 def fixed_memory_bytes(stats: ModelStats, k: int) -> list[int]:
     """Bytes each device of a ``k``-device group holds whatever the shares: the runtime, the (gathered)
     inputs of all layers and its part of the whole tensors, an engine replica's anchors and residuals
-    included when the step is an engine replica's (``stats.engine``), whose first device also hosts
-    the group's session (a plain layout's session is the chief's: `edgemesh train --cluster`)."""
+    included when the step is an engine replica's (``stats.engine``); the first device also hosts
+    the group's session (``session_bytes``)."""
     fixed = MEMORY.fixed_bytes(stats, k, replica=stats.engine)
-    return [fixed + (MEMORY.session_host_bytes(stats, k) if stats.engine else 0)] + [fixed] * (k - 1)
+    return [fixed + session_bytes(stats, k)] + [fixed] * (k - 1)
+
+
+def session_bytes(stats: ModelStats, k: int = 1) -> int:
+    """Bytes the session of a ``k``-device group's step adds to the group's first device: an engine
+    replica's group process opens it there; a plain layout's is the chief's (`edgemesh train
+    --cluster`), 0."""
+    return MEMORY.session_host_bytes(stats, k) if stats.engine else 0
 
 
 def held_memory_bytes(stats: ModelStats, held: Sequence[Sequence[int]]) -> list[int]:
