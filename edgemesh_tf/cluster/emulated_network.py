@@ -31,8 +31,9 @@ def plan_netns(cluster, run: state_lib.RunState):
     filled in); returns (client addresses, per-server addresses, forwarder routes, namespaces)."""
     slot, addrs, routes, links = run.data["slot"], {}, [], {}
     direct = all(d.latency_ms <= netns.DIRECT_LATENCY_MS for d in cluster.spec.devices)
+    medium_rate = dict(cluster.spec.media)
     for i, d in enumerate(cluster.spec.devices):
-        link = netns.link_for(run.run_id, slot, i, d.name, d.bandwidth_mbit)
+        link = netns.link_for(run.run_id, slot, i, d.name, d.bandwidth_mbit, medium_rate.get(d.medium))
         run.record("links", {"netns": link.netns, "host_if": link.host_if})
         netns.create(link)
         links[d.name] = link

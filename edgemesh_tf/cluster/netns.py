@@ -42,9 +42,20 @@ MAX_DEVICES_PER_SLOT = 64
 DIRECT_LATENCY_MS = 0.5
 
 
+# veth segments offloaded (GSO) packets up to 64 KiB by default; tbf then needs a 64 KiB bucket, which
+# lets any transfer below 64 KiB pass a 10 Mbit/s link at line rate (52 ms of traffic for free). So a
+# shaped veth's segments are capped at a quarter of its bucket (>= one frame): the bucket stays a few
+# packets, like a real link. The cap must not be one MTU on fast links: at 1500-byte segments this
+# host's veths carry only ~0.8-1.1 Gbit/s even unshaped (83k packets/s a Gbit/s, all in softirq), so
+# a 1 Gbit/s link measured 770-890 Mbit/s; at 16 KiB and above they carry 4-13 Gbit/s unshaped and
+# 1 Gbit/s shaped (956 Mbit/s of TCP payload, the line rate less headers).
+FRAME_BYTES, GSO_MAX_BYTES = 1514, 65536  # an Ethernet frame at 1500 MTU; the kernel's largest GSO
+
+
 @dataclasses.dataclass(frozen=True)
 class Link:
-    """The emulated link of one device. Rates in Mbit/s (None = unlimited)."""
+    """The emulated link of one device. Rates in Mbit/s (None = unlimited); `gso_max_bytes` is the
+    veth's largest segment (see `gso_max_bytes`)."""
 
     netns: str
     host_if: str
@@ -52,6 +63,7 @@ class Link:
     host_ip: str
     ns_ip: str
     bandwidth_mbit: float | None
+    gso_max_bytes: int = GSO_MAX_BYTES
 
 
 def addresses(slot: int, index: int) -> tuple[str, str]:
@@ -62,11 +74,14 @@ def addresses(slot: int, index: int) -> tuple[str, str]:
     return str(ipaddress.ip_address(base + 1)), str(ipaddress.ip_address(base + 2))
 
 
-def link_for(run_id: str, slot: int, index: int, device: str, bandwidth_mbit: float | None) -> Link:
+def link_for(run_id: str, slot: int, index: int, device: str, bandwidth_mbit: float | None,
+             medium_mbit: float | None = None) -> Link:
+    """Device `index`'s link; its segments fit the slower of its own tbf and its medium's (Mbit/s)."""
     host_ip, ns_ip = addresses(slot, index)
+    rates = [r for r in (bandwidth_mbit, medium_mbit) if r]
     return Link(netns="%s-%s-%s" % (PREFIX, run_id, device), host_if="%s%s%dh" % (PREFIX, run_id, index),
                 ns_if="%s%s%dn" % (PREFIX, run_id, index), host_ip=host_ip, ns_ip=ns_ip,
-                bandwidth_mbit=bandwidth_mbit)
+                bandwidth_mbit=bandwidth_mbit, gso_max_bytes=gso_max_bytes(min(rates) if rates else None))
 
 
 def run(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -77,25 +92,31 @@ def run(*args: str, netns: str | None = None, check: bool = True) -> subprocess.
     return p
 
 
-# veth segments offloaded (GSO) packets up to 64 KiB by default; tbf then needs a 64 KiB bucket, which
-# lets any transfer below 64 KiB pass a 10 Mbit/s link at line rate (52 ms of traffic for free). The
-# veths are created with GSO capped at one MTU so the bucket can be a few packets, like a real link.
-GSO_MAX_BYTES = 1500
+def tbf_burst_bytes(rate_mbit: float) -> int:
+    """The token bucket of a `rate_mbit` link: max(4 frames, 2 ms of traffic), in bytes."""
+    return int(max(4 * FRAME_BYTES, rate_mbit * 1e6 / 8 * 0.002))
+
+
+def gso_max_bytes(rate_mbit: float | None) -> int:
+    """Largest segment (bytes) a veth shaped at `rate_mbit` hands its tbf: a quarter of the bucket,
+    between one frame and the kernel's 64 KiB (unshaped: None)."""
+    if rate_mbit is None:
+        return GSO_MAX_BYTES
+    return int(min(GSO_MAX_BYTES, max(FRAME_BYTES, tbf_burst_bytes(rate_mbit) // 4)))
 
 
 def tbf_args(rate_mbit: float) -> list[str]:
-    """tbf with a burst of max(4 packets, 2 ms of traffic) and a queue of ~50 ms, enough for TCP to
-    keep the link full without adding much delay."""
-    rate_bytes = rate_mbit * 1e6 / 8
-    burst = int(max(4 * 1514, rate_bytes * 0.002))
-    limit = int(burst + rate_bytes * 0.05)
+    """tbf with a burst of `tbf_burst_bytes` and a queue of ~50 ms, enough for TCP to keep the link
+    full without adding much delay."""
+    burst = tbf_burst_bytes(rate_mbit)
+    limit = int(burst + rate_mbit * 1e6 / 8 * 0.05)
     return ["tbf", "rate", "%dkbit" % round(rate_mbit * 1000), "burst", str(burst), "limit", str(limit)]
 
 
 def create(link: Link) -> None:
     """Creates namespace, veth pair, addresses, default route and tbf in both directions."""
     run("ip", "netns", "add", link.netns)
-    gso = ("gso_max_size", str(GSO_MAX_BYTES))
+    gso = ("gso_max_size", str(link.gso_max_bytes))
     run("ip", "link", "add", link.host_if, *gso, "type", "veth", "peer", "name", link.ns_if, *gso, "netns", link.netns)
     run("ip", "addr", "add", link.host_ip + "/30", "dev", link.host_if)
     run("ip", "link", "set", link.host_if, "up")

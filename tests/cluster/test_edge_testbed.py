@@ -58,11 +58,14 @@ def test_memory_budget_direct_routing_shared_medium():
         sinks = measure.LinkSinks(cluster, ["w0", "w1"])
         try:
             alone = sinks.mbit(["w0"])["w0"]
-            both = sinks.mbit(["w0", "w1"])
+            both, together = sinks.mbit(["w0", "w1"]), sinks.aggregate_mbit(["w0", "w1"])
         finally:
             sinks.close()
-        assert alone == pytest.approx(MEDIUM_MBIT, rel=0.2)
-        assert sum(both.values()) == pytest.approx(MEDIUM_MBIT, rel=0.2) and min(both.values()) > 0.25 * MEDIUM_MBIT
+        assert alone == pytest.approx(MEDIUM_MBIT, rel=0.15)
+        assert together == pytest.approx(MEDIUM_MBIT, rel=0.15) and min(both.values()) > 0.25 * MEDIUM_MBIT
+        # The members' veths hand the medium's tbf segments of a quarter of its bucket, not their own.
+        shown = netns.run("ip", "-d", "link", "show", "dev", netns.link_for(run_id, cluster.run.data["slot"], 0, "w0", None).host_if).stdout
+        assert "gso_max_size %d " % netns.gso_max_bytes(MEDIUM_MBIT) in shown
         # Memory: the limit is recorded in the summary; within budget the device survives...
         assert summary["memory"] == "cgroup-v1"
         for name, budget in (("w0", 48), ("w1", 256)):
