@@ -64,7 +64,8 @@ def test_memory_budget_direct_routing_shared_medium():
         assert alone == pytest.approx(MEDIUM_MBIT, rel=0.15)
         assert together == pytest.approx(MEDIUM_MBIT, rel=0.15) and min(both.values()) > 0.25 * MEDIUM_MBIT
         # The members' veths hand the medium's tbf segments of a quarter of its bucket, not their own.
-        shown = netns.run("ip", "-d", "link", "show", "dev", netns.link_for(run_id, cluster.run.data["slot"], 0, "w0", None).host_if).stdout
+        w0_if = netns.link_for(run_id, cluster.run.data["slot"], 0, "w0", None).host_if
+        shown = netns.run("ip", "-d", "link", "show", "dev", w0_if).stdout
         assert "gso_max_size %d " % netns.gso_max_bytes(MEDIUM_MBIT) in shown
         # Memory: the limit is recorded in the summary; within budget the device survives...
         assert summary["memory"] == "cgroup-v1"

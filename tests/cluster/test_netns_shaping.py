@@ -11,7 +11,7 @@ def test_bucket_is_four_packets_or_two_ms():
     assert int(args[args.index("limit") + 1]) == 250000 + 6250000  # + 50 ms of queue
 
 
-def test_segments_fit_a_quarter_of_the_bucket_between_one_mtu_and_64_kib():
+def test_segments_fit_a_quarter_of_the_bucket_between_one_frame_and_64_kib():
     # Slow links keep one-frame segments: a 64 KiB segment would pass 52 ms of a 10 Mbit/s link at once.
     assert netns.gso_max_bytes(10) == netns.gso_max_bytes(20) == netns.FRAME_BYTES
     assert netns.gso_max_bytes(100) == 25000 // 4
