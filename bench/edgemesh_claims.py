@@ -324,9 +324,10 @@ def main():
     plans = {"filter_split": plan(profile, spec, batch=args.batch, engine=False)}
     # a one-group grid commits to no ps here: it runs, and so is planned, as the plain layout; the
     # engine's own is recorded (untimed) as engine_grid
-    plans["hybrid"] = grid if len(grid.groups) > 1 else plans["filter_split"]
-    if len(grid.groups) == 1:
-        plans["engine_grid"] = grid
+    if len(grid.groups) > 1:
+        plans["hybrid"] = grid
+    else:
+        plans["hybrid"], plans["engine_grid"] = plans["filter_split"], grid
     plans["even"] = even_plan(plans["filter_split"], cal, spec, stats, args.batch)
     for m, p in plans.items():
         every = args.commit_interval if commits(m, plans) else None

@@ -110,16 +110,18 @@ class LinkSinks:
 
     def mbit(self, names, seconds: float = 1.0, repeats: int = 3) -> dict[str, float]:
         """Each of `names`' Mbit/s over its own transfer, all sent at once (median of `repeats`)."""
-        runs = [self._send_at_once(names, seconds) for _ in range(repeats)]
-        return {n: statistics.median(r[n][0] * 8 / 1e6 / (r[n][2] - r[n][1]) for r in runs) for n in names}
+        return self.together(names, seconds, repeats)[0]
 
-    def aggregate_mbit(self, names, seconds: float = 1.0, repeats: int = 3) -> float:
-        """All of `names`' bytes over the span from the first send's start to the last one's end, sent
-        at once (Mbit/s, median of `repeats`): a shared medium's rate. The sum of each sender's own
-        rate over-counts it: a sender that finishes first leaves the medium to the others."""
+    def together(self, names, seconds: float = 1.0, repeats: int = 3) -> tuple[dict[str, float], float]:
+        """`names` sent to at once, `repeats` times: (each one's Mbit/s over its own transfer, all bytes
+        over the span from the first start to the last end), medians. The second is a shared medium's
+        rate; the sum of the first over-counts it (a sender that finishes first leaves the medium to
+        the others)."""
         runs = [self._send_at_once(names, seconds) for _ in range(repeats)]
-        return statistics.median(sum(v[0] for v in r.values()) * 8 / 1e6
-                                 / (max(v[2] for v in r.values()) - min(v[1] for v in r.values())) for r in runs)
+        each = {n: statistics.median(r[n][0] * 8 / 1e6 / (r[n][2] - r[n][1]) for r in runs) for n in names}
+        joint = statistics.median(sum(v[0] for v in r.values()) * 8 / 1e6
+                                  / (max(v[2] for v in r.values()) - min(v[1] for v in r.values())) for r in runs)
+        return each, joint
 
     def _send_at_once(self, names, seconds: float) -> dict[str, tuple[int, float, float]]:
         """Sends `seconds` of each device's link rate to each sink at once: {name: (bytes, start s, end s)}."""
@@ -199,7 +201,7 @@ def measure(cluster, tolerance: float = 0.15, rounds: int = 3) -> dict:
         for medium, rate in spec.media:
             members = [d.name for d in spec.devices if d.medium == medium and d.name in shaped][:2]
             if sinks and len(members) == 2:
-                got, total = sinks.mbit(members), sinks.aggregate_mbit(members)
+                got, total = sinks.together(members)
                 media[medium] = {"bandwidth_mbit_file": rate, "together": {n: round(v, 1) for n, v in got.items()},
                                  "aggregate_mbit": round(total, 1), "ok": within(total, rate, tolerance)}
     finally:

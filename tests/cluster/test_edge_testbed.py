@@ -58,7 +58,7 @@ def test_memory_budget_direct_routing_shared_medium():
         sinks = measure.LinkSinks(cluster, ["w0", "w1"])
         try:
             alone = sinks.mbit(["w0"])["w0"]
-            both, together = sinks.mbit(["w0", "w1"]), sinks.aggregate_mbit(["w0", "w1"])
+            both, together = sinks.together(["w0", "w1"])
         finally:
             sinks.close()
         assert alone == pytest.approx(MEDIUM_MBIT, rel=0.15)
