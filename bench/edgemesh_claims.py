@@ -16,6 +16,10 @@ Modes, each updating the model with --batch examples per step:
                   fails if it splits no dim
   even            every split dim split evenly over the one-group plan's devices (timed only: the
                   cost model's prediction of a layout the planner did not choose)
+  memory_capped   the planner's named option `memory_fraction` (--memory-fraction, off with 0): the
+                  one-group plan with no device predicted above that fraction of the whole model's
+                  step on one device, whatever it costs in time; its figures beside the plan's own
+                  are `memory_capped_option` (not the issue's checks, which are the planned hybrid's)
   hybrid          the planner's grid, planned as `edgemesh run` plans it: at the default strategy's
                   local iterations per commit (--commit-interval, ASHL's AHL preset H). With more
                   than one group, the groups run AHL's rounds concurrently, each on its own batch:
@@ -64,7 +68,7 @@ from edgemesh_tf.engine.round_timer import RoundRunner  # noqa: E402
 from edgemesh_tf.engine.rules import commit_interval  # noqa: E402
 from edgemesh_tf.mesh.layout import Layout, even_split_layout, single_device_layout  # noqa: E402
 from edgemesh_tf.models import get_model  # noqa: E402
-from edgemesh_tf.planner import model_stats, plan, predict  # noqa: E402
+from edgemesh_tf.planner import PlanError, model_stats, plan, predict  # noqa: E402
 from edgemesh_tf.planner.grid import GroupPlan, staleness_charge  # noqa: E402
 from edgemesh_tf.planner.calibrate import calibrated, steps_to_time  # noqa: E402
 from edgemesh_tf.profile.run import budgets, profile_servers  # noqa: E402
@@ -75,7 +79,7 @@ THRESHOLDS = {"delay_mean_alone_over_hybrid": 3.2, "delay_fastest_alone_over_hyb
               "delay_data_parallel_over_hybrid": 1.3, "hybrid_over_sum_of_alone_throughput": 0.75,
               "hybrid_max_peak_over_alone_peak": 0.57, "prediction_max_error": 0.15}
 AT_MOST = ("hybrid_max_peak_over_alone_peak", "prediction_max_error")  # the other checks are lower bounds
-PREDICTED_LAYOUTS = ("filter_split", "hybrid", "even")  # plans whose groups' predicted steps are checked
+PREDICTED_LAYOUTS = ("filter_split", "hybrid", "even", "memory_capped")  # plans whose groups' predicted steps are checked
 
 
 def proportional(total: int, weights: list[float]) -> tuple[int, ...]:
@@ -248,6 +252,26 @@ def claims(out: dict) -> dict:
             for k, v in checks.items()}
 
 
+def option_figures(out: dict, mode: str) -> dict:
+    """A named option's mode beside the planned hybrid (pure): its max and mean peak over the
+    largest peak alone, the fastest alone's delay over its delay, and its delay over the hybrid's."""
+    m = out["modes"]
+    rec, hybrid = m.get(mode, {}), m.get("hybrid", {})
+    alone = [v for k, v in m.items() if k.startswith("alone:")]
+    peak_alone = max((max(v["peak_bytes"].values()) for v in alone if v.get("peak_bytes")), default=None)
+    fastest = min((v["ms_per_example"] for v in alone if v.get("ms_per_example")), default=None)
+    got = {"out_of_memory": rec["out_of_memory"]} if rec.get("out_of_memory") else {}
+    if rec.get("peak_bytes") and peak_alone:
+        got["max_peak_over_alone_peak"] = max(rec["peak_bytes"].values()) / peak_alone
+        got["mean_peak_over_alone_peak"] = statistics.mean(rec["peak_bytes"].values()) / peak_alone
+    if rec.get("ms_per_example"):
+        if fastest:
+            got["delay_fastest_alone_over_it"] = fastest / rec["ms_per_example"]
+        if hybrid.get("ms_per_example"):
+            got["delay_over_hybrid"] = rec["ms_per_example"] / hybrid["ms_per_example"]
+    return {k: v if isinstance(v, str) else round(float(v), 3) for k, v in got.items()}
+
+
 def compute_bound(out: dict) -> dict | None:
     """What no division can beat (pure): with every worker's compute used in full and no
     communication, delay per example = the fastest alone's / (sum of the profiled speeds relative
@@ -294,10 +318,15 @@ def main():
     ap.add_argument("--hybrid-rounds", type=int, default=3,
                     help="timed rounds of a multi-group hybrid grid (each --commit-interval iterations)")
     ap.add_argument("--memory", type=int, default=1, help="0: skip the memory phase (quick runs; every mode is timed)")
+    ap.add_argument("--memory-fraction", type=float, default=0.55,
+                    help="the memory_capped mode's cap: no device above this fraction of the whole model's predicted "
+                         "step on one device (0: no such mode)")
     args = ap.parse_args()
     for flag in ("batch", "steps", "commit_interval", "hybrid_rounds"):
         if getattr(args, flag) < 1:
             ap.error("--%s must be >= 1, got %d" % (flag.replace("_", "-"), getattr(args, flag)))
+    if not 0 <= args.memory_fraction <= 1:
+        ap.error("--memory-fraction must be in [0, 1] (0: no memory_capped mode), got %g" % args.memory_fraction)
     t_start = time.time()
     spec = get_model(args.model, IMAGE_SHAPES[args.dataset], 10)
     cluster = load_cluster(args.cluster)
@@ -329,6 +358,12 @@ def main():
     else:
         plans["hybrid"], plans["engine_grid"] = plans["filter_split"], grid
     plans["even"] = even_plan(plans["filter_split"], cal, spec, stats, args.batch)
+    if args.memory_fraction:
+        try:
+            plans["memory_capped"] = plan(profile, spec, batch=args.batch, engine=False,
+                                          memory_fraction=args.memory_fraction)
+        except PlanError as e:
+            out["memory_capped_plan"] = {"memory_fraction": args.memory_fraction, "error": str(e)}
     for m, p in plans.items():
         every = args.commit_interval if commits(m, plans) else None
         out[f"{m}_plan"] = {"kind": p.kind, "split_dims": split_dims(p), "predicted_examples_per_sec":
@@ -363,7 +398,7 @@ def main():
     same_plan = out["filter_split_plan"]["groups"] == out["hybrid_plan"]["groups"]
     out["filter_split_is_the_hybrid_plan"] = same_plan
     modes = alone + (["data_parallel"] if dp else []) + (["filter_split"] if not out["errors"] and not same_plan
-                                                          else []) + ["hybrid"]
+                                                          else []) + ["hybrid"] + [m for m in ("memory_capped",) if m in plans]
     for mode in modes[len(alone):] if args.memory else ():
         out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, dp, args.commit_interval)
         _progress("memory of " + mode, t_start)
@@ -415,6 +450,9 @@ def main():
     if "hybrid" not in timed:
         out["errors"].append("hybrid: the planned grid ran out of memory: %s" % out["modes"]["hybrid"]["out_of_memory"])
     out["checks"] = claims(out)
+    if "memory_capped" in plans:
+        out["memory_capped_plan"]["memory_fraction"] = args.memory_fraction
+        out["memory_capped_option"] = option_figures(out, "memory_capped")
     out["compute_bound"] = compute_bound(out)
     raw = prediction_ratios(out, "uncalibrated_over_measured")
     out["uncalibrated_max_error"] = round(float(max(abs(r - 1) for r in raw.values())), 3) if raw else None

@@ -35,7 +35,7 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
             f"{n} {b}" for n, b in res["data_parallel_shares"].items()) + " (in proportion to their speed alone)")
     if res.get("filter_split_is_the_hybrid_plan"):
         text.append("- The grid chose the one-group plan: `filter_split` and `hybrid` are the same plan, measured once.")
-    for m in ("filter_split", "hybrid", "even"):
+    for m in ("filter_split", "hybrid", "even", "memory_capped"):
         p = res.get(f"{m}_plan")
         if not p:
             continue
@@ -109,6 +109,7 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
                     + (f" The paper's {fmt(THRESHOLD_MEAN, 1)}× over the mean is beyond that bound: out of reach "
                        "on this cluster whatever the division." if b["mean_over_bound"] < THRESHOLD_MEAN else "")
                     + "\n")
+    text += _memory_capped(res)
     for e in res.get("errors", []):
         text.append(f"**Error**: {e}\n")
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
@@ -196,3 +197,22 @@ def _claims_section_v1(rec, res, out_dir) -> tuple[str, list[str]]:
     return _figure(fig, out_dir, text, "claims")
 
 
+
+
+def _memory_capped(res) -> list[str]:
+    """The planner's named option `memory_fraction` beside the planned hybrid (bench/edgemesh_claims.py)."""
+    p, o = res.get("memory_capped_plan") or {}, res.get("memory_capped_option") or {}
+    if not p:
+        return []
+    head = (f"The named option `memory_fraction={p['memory_fraction']}` (no device predicted above that fraction of "
+            "the whole model's step on one device; not the default, which minimises time): ")
+    if p.get("error"):
+        return [head + f"no plan: {p['error']}\n"]
+    if o.get("out_of_memory"):
+        return [head + f"ran out of memory: {o['out_of_memory']}\n"]
+    figures = [f"{label} {fmt(o[k], 3)}" for k, label in (
+        ("max_peak_over_alone_peak", "max peak over the largest alone"),
+        ("mean_peak_over_alone_peak", "mean peak over the largest alone"),
+        ("delay_fastest_alone_over_it", "fastest alone's delay over its"),
+        ("delay_over_hybrid", "its delay over the planned hybrid's")) if k in o]
+    return [head + "; ".join(figures) + ".\n"]

@@ -1,7 +1,7 @@
 """`edgemesh plan`: the grid and filter division of a model on a profiled cluster, as a layout file.
 
     edgemesh plan --profile profiles/edge4.json --model vgg --out layouts/edge4_plan.yaml [--groups K] [--batch B]
-        [--noengine]
+        [--noengine] [--memory_fraction F]
 
 Prints a table of layers x devices (filters per device, predicted ms) and writes the layout YAML
 (one group: a plain layout for `edgemesh train --layout`; several: a `groups:` list).
@@ -21,6 +21,8 @@ flags.DEFINE_integer("chunks", None, "Coarse granularity: shares in multiples of
 flags.DEFINE_bool("engine", True, "Plan for the engine's replicas (`edgemesh run`, `edgemesh train --sync`): every "
                   "device also keeps anchors, residuals and parameter-server buffers. --noengine: one group trained "
                   "as a single layout without a ps (`edgemesh train --layout`), which needs less memory.")
+flags.DEFINE_float("memory_fraction", None, "Named option, off by default (the plan minimises time): no device may "
+                   "be predicted above this fraction (0 < F <= 1) of the whole model's step on one device.")
 flags.DEFINE_integer("commit_interval", 1, "Local steps per parameter-server commit (sync cost is divided by it).",
                      lower_bound=1)
 
@@ -43,7 +45,8 @@ def main(argv):
             raise ValueError("--groups %d: the profile has only %d devices" % (FLAGS.groups, len(profile.devices)))
         spec = get_model(model, tuple(profile.image_shape), profile.num_classes)
         result = plan(profile, spec, groups=FLAGS.groups, batch=FLAGS.batch, chunks=FLAGS.chunks,
-                      commit_interval=FLAGS.commit_interval, engine=FLAGS.engine)
+                      commit_interval=FLAGS.commit_interval, engine=FLAGS.engine,
+                      memory_fraction=FLAGS.memory_fraction)
         print(format_table(result))
         if FLAGS.out:
             write_plan(result, FLAGS.out)

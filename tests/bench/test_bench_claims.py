@@ -46,6 +46,29 @@ def test_claims_compare_the_hybrid_with_every_alternative():
     assert not worse["delay_mean_alone_over_hybrid"]["pass"] and not worse["hybrid_max_peak_over_alone_peak"]["pass"]
 
 
+def test_a_named_options_figures_stand_beside_the_hybrid_not_in_the_checks(tmp_path):
+    mib, res = 2 ** 20, _result()
+    res["modes"]["memory_capped"] = {"ms_per_example": 12.5, "median_step_ms": [400.0],
+                                     "peak_bytes": {"a": 150 * mib, "b": 120 * mib, "c": 90 * mib}}
+    got = claims.option_figures(res, "memory_capped")
+    assert got == {"max_peak_over_alone_peak": 0.5, "mean_peak_over_alone_peak": 0.4,
+                   "delay_fastest_alone_over_it": 3.2, "delay_over_hybrid": 1.25}
+    assert "memory_capped" not in json.dumps(claims.claims(res))  # the checks are the planned hybrid's
+    res["modes"]["memory_capped"] = {"out_of_memory": "device b (pid 2) ... out of memory", "devices": ["b"]}
+    assert claims.option_figures(res, "memory_capped") == {"out_of_memory": "device b (pid 2) ... out of memory"}
+    res["memory_capped_plan"] = {"kind": "grid", "memory_fraction": 0.5, "groups": [
+        {"devices": ["a", "b", "c"], "sizes": {"conv1": [24, 22, 18]}}]}
+    res["memory_capped_option"], res["checks"] = got, claims.claims(res)
+    text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "`memory_capped` plan (grid): [a, b, c] conv1 [24, 22, 18]" in text
+    assert ("`memory_fraction=0.5` (no device predicted above that fraction of the whole model's step on one device; "
+            "not the default, which minimises time): max peak over the largest alone 0.5; mean peak over the largest "
+            "alone 0.4; fastest alone's delay over its 3.2; its delay over the planned hybrid's 1.25.") in text
+    res["memory_capped_plan"] = {"memory_fraction": 0.1, "error": "device a: needs at least 9 bytes"}
+    text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "`memory_fraction=0.1` (" in text and "no plan: device a: needs at least 9 bytes" in text
+
+
 def test_the_cost_model_is_checked_on_planned_even_and_alone_steps(tmp_path):
     res = _result()
     res["filter_split_plan"]["groups"][0].update(predicted_over_measured=1.05)

@@ -39,6 +39,9 @@ def test_plan_then_train(tmp_path):
     # split unevenly (filters, or the batch when synchronous data parallelism is predicted faster):
     # the 3x faster device computes more
     assert sizes and all(s[0] > 2 * s[1] for s in sizes.values()), sizes
+    # the named option reaches the planner: no device may hold 5% of the model's step alone
+    capped = _run("plan", "--profile", str(profile), "--groups", "1", "--memory_fraction", "0.05")
+    assert capped.returncode != 0 and "capped at 0.05 of the whole model's step on one device" in capped.stderr
     out = _run("train", "--layout", str(plan), "--steps", "20", "--eval_every", "0")
     assert out.returncode == 0, out.stderr[-2000:]
     final = json.loads(out.stdout.splitlines()[-1])

@@ -123,3 +123,46 @@ def test_a_plan_without_the_engine_admits_a_device_too_small_for_a_replicas_shar
     assert cost.held_memory_bytes(replica_stats, [held] * 3)[2] * headroom > small
     with pytest.raises(ValueError, match="several data-parallel groups need its parameter server"):
         plan(prof, spec, groups=2, engine=False)
+
+
+
+VGG16 = get_model("vgg16", (32, 32, 1), 10)
+
+
+@pytest.fixture(scope="module")
+def weak_fourth():
+    """VGG-16 (one plain layout) on 8, 4, 4 and 2 GFLOP/s at 1 Gbit/s: at the screen's coarse shares
+    the three fastest look best; at full granularity all four are 7.7% faster."""
+    stats = model_stats(VGG16, 32, engine=False)
+    devs = [flops_device("n%d" % i, stats, g, i, bw=1000, lat=0.3) for i, g in enumerate([8, 4, 4, 2])]
+    prof = profile(VGG16, devs, 32)
+    return prof, stats, plan(prof, VGG16, calibrate=False, memory_margin=1.0, engine=False)
+
+
+@pytest.mark.slow
+def test_the_finish_offers_idle_devices_at_full_granularity(weak_fourth):
+    from edgemesh_tf.planner.division import divide
+
+    prof, stats, fast = weak_fourth
+    three = divide(prof.devices[:3], stats, profile_batch=32)
+    assert fast.groups[0].names == ("n0", "n1", "n2", "n3") and not fast.idle
+    assert fast.groups[0].prediction.step_ms < three.prediction.step_ms * 0.95
+
+
+@pytest.mark.slow
+def test_memory_fraction_caps_every_device_below_its_share_of_single_device_training(weak_fourth):
+    from edgemesh_tf.planner import cost
+
+    prof, stats, fast = weak_fourth
+    whole = cost.held_memory_bytes(stats, [[d.units for d in stats.dims]])[0]
+    worst = max(m for g in fast.groups for m in g.prediction.memory_bytes) / whole
+    capped = plan(prof, VGG16, calibrate=False, memory_margin=1.0, engine=False, memory_fraction=0.5)
+    held = [m / whole for g in capped.groups for m in g.prediction.memory_bytes]
+    assert worst > 0.55 and max(held) <= 0.5  # the fastest plan holds more on its fastest device; the cap binds
+    assert capped.examples_per_sec <= fast.examples_per_sec * (1 + 1e-9)  # memory is bought with time
+    assert capped.kind == "grid" and all(g.layout.rules for g in capped.groups)  # no device holds it whole
+    with pytest.raises(PlanError, match="capped at 0.10 of the whole model's step on one device"):
+        plan(prof, VGG16, calibrate=False, memory_margin=1.0, engine=False, memory_fraction=0.1)
+    for bad in (0, 1.5, "half"):
+        with pytest.raises(ValueError, match="memory_fraction must be a number in"):
+            plan(prof, VGG16, memory_fraction=bad)
