@@ -1,7 +1,9 @@
 """Faults on the emulated edge2 testbed (fast + slow worker, ps, chief): a device killed during BSP
 and during ASHL's SHL is declared lost by name and the other group trains on, nothing hangs; the
 ps killed stops the job within bounded time naming the ps task, and a restart resumes from the
-checkpoint; SIGTERM to the chief saves a checkpoint before it exits."""
+checkpoint; SIGTERM to the chief saves a checkpoint before it exits. The jobs run on one testbed, a
+killed device's server started again at its address after each (as a device that comes back), and
+set up with the quotas lifted (run_job's fast_setup): only what is timed runs under them."""
 import json
 import os
 import signal
@@ -44,6 +46,19 @@ def _kill_when(em, device, predicate):
     return emit, killed
 
 
+@pytest.fixture(scope="module")
+def edge2():
+    cluster = load_cluster(CLUSTER)
+    with emulated_cluster(cluster) as em:
+        yield cluster, em
+
+
+def _restart_dead(em):
+    for name in em.devices:
+        if not em.is_running(name):
+            em.restart_device(name)
+
+
 def _cfg(cluster, logdir, sync, **kw):
     kw = {"time_budget_s": 14.0, "eval_interval_s": 0.5, "checkpoint_interval_s": 2.0, "lost_after_s": 3.0,
           "wait_timeout_s": 30.0, **kw}
@@ -54,14 +69,16 @@ def _cfg(cluster, logdir, sync, **kw):
     (SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.global_steps >= 6),
     (SyncConfig(strategy="ashl", shl_loss=1.5), lambda r: isinstance(r, records.Phase) and r.new == "shl"),
 ], ids=["bsp", "shl"])
-def test_device_killed_is_declared_lost_and_the_other_group_trains_on(tmp_path, sync, when):
-    cluster = load_cluster(CLUSTER)
+def test_device_killed_is_declared_lost_and_the_other_group_trains_on(edge2, tmp_path, sync, when):
+    cluster, em = edge2
     logdir = str(tmp_path)
-    with emulated_cluster(cluster) as em:
-        emit, killed = _kill_when(em, "slow", when)
-        t0 = time.monotonic()
-        final = run_job(_cfg(cluster, logdir, sync), cluster, testbed=em, emit=emit)
+    emit, killed = _kill_when(em, "slow", when)
+    t0 = time.monotonic()
+    try:
+        final = run_job(_cfg(cluster, logdir, sync), cluster, testbed=em, emit=emit, fast_setup=True)
+    finally:
         wall = time.monotonic() - t0
+        _restart_dead(em)
     assert killed, "the kill never happened"
     assert final["lost_groups"] == ["slow"]
     assert final["why"].startswith("time budget")
@@ -78,20 +95,23 @@ def test_device_killed_is_declared_lost_and_the_other_group_trains_on(tmp_path, 
     assert final["group_exit_codes"]["fast"] == 0 and final["group_exit_codes"]["slow"] != 0
 
 
-def test_ps_killed_stops_the_job_naming_the_ps_then_restart_resumes(tmp_path):
-    cluster = load_cluster(CLUSTER)
+def test_ps_killed_stops_the_job_naming_the_ps_then_restart_resumes(edge2, tmp_path):
+    cluster, em = edge2
     logdir = str(tmp_path)
     sync = SyncConfig(strategy="asp")
-    with emulated_cluster(cluster) as em:
-        emit, killed = _kill_when(em, "ps0", lambda r: isinstance(r, records.Checkpoint) and r.global_steps > 0)
+    emit, killed = _kill_when(em, "ps0", lambda r: isinstance(r, records.Checkpoint) and r.global_steps > 0)
+    try:
         with pytest.raises(PSLost, match=r"/job:ps/task:0 \(ps0\)") as err:
-            run_job(_cfg(cluster, logdir, sync, time_budget_s=60.0), cluster, testbed=em, emit=emit)
+            run_job(_cfg(cluster, logdir, sync, time_budget_s=60.0), cluster, testbed=em, emit=emit,
+                    fast_setup=True)
         stopped_after = time.monotonic() - killed["at"]
+    finally:
+        _restart_dead(em)  # the ps comes back at its address, its variables gone
     assert stopped_after < 30, "the job stopped %.1f s after the ps was killed" % stopped_after
     assert "checkpoint" in str(err.value)
     ckpts = read(logdir, records.Checkpoint)
-    with emulated_cluster(cluster) as em:
-        final = run_job(_cfg(cluster, logdir, sync, time_budget_s=ckpts[-1].t + 3.0), cluster, testbed=em)
+    final = run_job(_cfg(cluster, logdir, sync, time_budget_s=ckpts[-1].t + 3.0), cluster, testbed=em,
+                    fast_setup=True)
     resume = read(logdir, records.Resume)
     assert len(resume) == 1 and resume[0].global_steps == ckpts[-1].global_steps
     assert resume[0].elapsed_s == pytest.approx(ckpts[-1].t, abs=0.01)

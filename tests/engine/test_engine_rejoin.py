@@ -46,7 +46,7 @@ def test_lost_device_group_is_replanned_then_readmitted_whole(tmp_path):
     logdir = str(tmp_path)
     groups = (_group("edge0-edge1", 0, 1, lambda n: [n * 2 // 3, n - n * 2 // 3]),
               _group("edge2-edge3", 2, 3, lambda n: [n // 2, n - n // 2]))
-    cfg = job_config(cluster, groups, sync=SyncConfig(strategy="asp"), logdir=logdir, time_budget_s=55.0,
+    cfg = job_config(cluster, groups, sync=SyncConfig(strategy="asp"), logdir=logdir, time_budget_s=45.0,
                      eval_interval_s=0.5, checkpoint_interval_s=30.0, lost_after_s=3.0, wait_timeout_s=30.0)
     out = {}
     with emulated_cluster(cluster) as em:
@@ -54,7 +54,7 @@ def test_lost_device_group_is_replanned_then_readmitted_whole(tmp_path):
             em.restart_device("edge1")
         def train():
             try:
-                out["final"] = run_job(cfg, cluster, testbed=em)
+                out["final"] = run_job(cfg, cluster, testbed=em, fast_setup=True)
             except Exception as e:  # shown by _wait_for
                 out["error"] = repr(e)
         job = threading.Thread(target=train, daemon=True)

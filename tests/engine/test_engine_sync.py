@@ -49,7 +49,7 @@ def test_bsp_equals_single_process_sgd_on_the_concatenated_batches(edge2, tmp_pa
     cfg = job_config(cluster, _groups(cluster), sync=SyncConfig(strategy="bsp"), learning_rate=lr, momentum=0.0,
                      max_rounds=rounds, time_budget_s=120, eval_interval_s=1.0, logdir=str(tmp_path),
                      final_eval_examples=11)
-    final = run_job(cfg, cluster, testbed=em)
+    final = run_job(cfg, cluster, testbed=em, fast_setup=True)
     assert final["group_exit_codes"] == {"fast": 0, "slow": 0}
     assert abs(final["accuracy"] * 11 - round(final["accuracy"] * 11)) < 1e-3  # the final evaluation on 11 images
     for g in BATCH:
@@ -87,7 +87,7 @@ def test_ssp_never_runs_more_than_s_commits_ahead_of_the_slowest(edge2, tmp_path
     bound = 1
     cfg = job_config(cluster, _groups(cluster), sync=SyncConfig(strategy="ssp", staleness=bound),
                      time_budget_s=8.0, eval_interval_s=1.0, logdir=str(tmp_path), eval_examples=7)
-    final = run_job(cfg, cluster, testbed=em)
+    final = run_job(cfg, cluster, testbed=em, fast_setup=True)
     assert final["group_exit_codes"] == {"fast": 0, "slow": 0}
     # evaluations during training on a subset of 7 held-out images, the final one on all 360
     evals = records.read(str(tmp_path), records.Eval)
