@@ -79,7 +79,7 @@ THRESHOLDS = {"delay_mean_alone_over_hybrid": 3.2, "delay_fastest_alone_over_hyb
               "delay_data_parallel_over_hybrid": 1.3, "hybrid_over_sum_of_alone_throughput": 0.75,
               "hybrid_max_peak_over_alone_peak": 0.57, "prediction_max_error": 0.15}
 AT_MOST = ("hybrid_max_peak_over_alone_peak", "prediction_max_error")  # the other checks are lower bounds
-PREDICTED_LAYOUTS = ("filter_split", "hybrid", "even", "memory_capped")  # plans whose groups' predicted steps are checked
+PREDICTED_LAYOUTS = ("filter_split", "hybrid", "even", "memory_capped")  # plans whose predicted steps are checked
 
 
 def proportional(total: int, weights: list[float]) -> tuple[int, ...]:
@@ -398,7 +398,8 @@ def main():
     same_plan = out["filter_split_plan"]["groups"] == out["hybrid_plan"]["groups"]
     out["filter_split_is_the_hybrid_plan"] = same_plan
     modes = alone + (["data_parallel"] if dp else []) + (["filter_split"] if not out["errors"] and not same_plan
-                                                          else []) + ["hybrid"] + [m for m in ("memory_capped",) if m in plans]
+                                                          else []) + ["hybrid"]
+    modes += ["memory_capped"] if "memory_capped" in plans else []
     for mode in modes[len(alone):] if args.memory else ():
         out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, dp, args.commit_interval)
         _progress("memory of " + mode, t_start)

@@ -197,8 +197,6 @@ def _claims_section_v1(rec, res, out_dir) -> tuple[str, list[str]]:
     return _figure(fig, out_dir, text, "claims")
 
 
-
-
 def _memory_capped(res) -> list[str]:
     """The planner's named option `memory_fraction` beside the planned hybrid (bench/edgemesh_claims.py)."""
     p, o = res.get("memory_capped_plan") or {}, res.get("memory_capped_option") or {}
