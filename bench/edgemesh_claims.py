@@ -225,24 +225,29 @@ def split_dims(p) -> list[str]:
     return sorted({name for g in p.groups for name, _ in g.layout.sizes if len(g.names) > 1})
 
 
+def alone_figures(modes: dict) -> tuple[dict[str, float], int | None]:
+    """The baselines of the devices alone (pure): ({device: ms per example} of those timed, the
+    largest peak bytes of those whose memory was measured, None if none)."""
+    alone = {k.split(":", 1)[1]: v for k, v in modes.items() if k.startswith("alone:")}
+    delays = {n: v["ms_per_example"] for n, v in alone.items() if "ms_per_example" in v}
+    peaks = [max(v["peak_bytes"].values()) for v in alone.values() if "peak_bytes" in v]
+    return delays, max(peaks, default=None)
+
+
 def claims(out: dict) -> dict:
     """The issue's checks from the measured delays (ms/example) and peaks (pure)."""
     m = out["modes"]
-    alone = {k.split(":", 1)[1]: v for k, v in m.items() if k.startswith("alone:") and "ms_per_example" in v}
+    alone, peak_alone = alone_figures(m)
     checks = {}
     hybrid = m.get("hybrid", {}).get("ms_per_example")
     if hybrid and alone:
-        mean_alone = statistics.mean(v["ms_per_example"] for v in alone.values())
-        fastest = min(v["ms_per_example"] for v in alone.values())
-        checks["delay_mean_alone_over_hybrid"] = mean_alone / hybrid
-        checks["delay_fastest_alone_over_hybrid"] = fastest / hybrid
-        checks["hybrid_over_sum_of_alone_throughput"] = (1 / hybrid) / sum(1 / v["ms_per_example"]
-                                                                          for v in alone.values())
+        checks["delay_mean_alone_over_hybrid"] = statistics.mean(alone.values()) / hybrid
+        checks["delay_fastest_alone_over_hybrid"] = min(alone.values()) / hybrid
+        checks["hybrid_over_sum_of_alone_throughput"] = (1 / hybrid) / sum(1 / v for v in alone.values())
         if m.get("data_parallel", {}).get("ms_per_example"):
             checks["delay_data_parallel_over_hybrid"] = m["data_parallel"]["ms_per_example"] / hybrid
-    alone_peaks = [max(v["peak_bytes"].values()) for k, v in m.items() if k.startswith("alone:") and "peak_bytes" in v]
-    if m.get("hybrid", {}).get("peak_bytes") and alone_peaks:
-        checks["hybrid_max_peak_over_alone_peak"] = max(m["hybrid"]["peak_bytes"].values()) / max(alone_peaks)
+    if m.get("hybrid", {}).get("peak_bytes") and peak_alone:
+        checks["hybrid_max_peak_over_alone_peak"] = max(m["hybrid"]["peak_bytes"].values()) / peak_alone
     ratios = prediction_ratios(out)
     if ratios:
         checks["prediction_max_error"] = max(abs(r - 1.0) for r in ratios.values())
@@ -257,9 +262,8 @@ def option_figures(out: dict, mode: str) -> dict:
     largest peak alone, the fastest alone's delay over its delay, and its delay over the hybrid's."""
     m = out["modes"]
     rec, hybrid = m.get(mode, {}), m.get("hybrid", {})
-    alone = [v for k, v in m.items() if k.startswith("alone:")]
-    peak_alone = max((max(v["peak_bytes"].values()) for v in alone if v.get("peak_bytes")), default=None)
-    fastest = min((v["ms_per_example"] for v in alone if v.get("ms_per_example")), default=None)
+    alone, peak_alone = alone_figures(m)
+    fastest = min(alone.values(), default=None)
     got = {"out_of_memory": rec["out_of_memory"]} if rec.get("out_of_memory") else {}
     if rec.get("peak_bytes") and peak_alone:
         got["max_peak_over_alone_peak"] = max(rec["peak_bytes"].values()) / peak_alone
@@ -278,8 +282,7 @@ def compute_bound(out: dict) -> dict | None:
     to the fastest). {"speed_sum": that sum, "fastest_over_bound", "mean_over_bound": the delay
     ratios at that bound, "hybrid_share_of_bound": the hybrid's fastest-alone ratio over it}."""
     speeds, m = out.get("profiled_speed"), out["modes"]
-    alone = {k.split(":", 1)[1]: v["ms_per_example"] for k, v in m.items()
-             if k.startswith("alone:") and "ms_per_example" in v}
+    alone = alone_figures(m)[0]
     if not speeds or not alone:
         return None
     fastest = min(alone.values())
@@ -363,7 +366,7 @@ def main():
             plans["memory_capped"] = plan(profile, spec, batch=args.batch, engine=False,
                                           memory_fraction=args.memory_fraction)
         except PlanError as e:
-            out["memory_capped_plan"] = {"memory_fraction": args.memory_fraction, "error": str(e)}
+            out["memory_capped_plan"] = {"error": str(e)}
     for m, p in plans.items():
         every = args.commit_interval if commits(m, plans) else None
         out[f"{m}_plan"] = {"kind": p.kind, "split_dims": split_dims(p), "predicted_examples_per_sec":
@@ -378,6 +381,8 @@ def main():
                                         "predicted_compute_ms": [round(x, 1) for x in g.prediction.compute_ms],
                                         "predicted_comm_ms": [round(x, 1) for x in g.prediction.comm_ms]}
                                        for g in p.groups]}
+    if args.memory_fraction:
+        out["memory_capped_plan"]["memory_fraction"] = args.memory_fraction
     if not out["filter_split_plan"]["split_dims"]:
         out["errors"].append("filter_split: the planner's one-group plan splits no dim (%s); nothing to measure"
                              % out["filter_split_plan"]["groups"])
@@ -452,7 +457,6 @@ def main():
         out["errors"].append("hybrid: the planned grid ran out of memory: %s" % out["modes"]["hybrid"]["out_of_memory"])
     out["checks"] = claims(out)
     if "memory_capped" in plans:
-        out["memory_capped_plan"]["memory_fraction"] = args.memory_fraction
         out["memory_capped_option"] = option_figures(out, "memory_capped")
     out["compute_bound"] = compute_bound(out)
     raw = prediction_ratios(out, "uncalibrated_over_measured")

@@ -69,9 +69,7 @@ def _job(cluster, em, args, logdir, sync, kill=None, act=None, **kw):
 def _as_configured(em) -> None:
     """Every server running and every device at its configured speed, as a scenario expects at its
     start (the scenario before may have killed or slowed one)."""
-    for name in em.devices:
-        if not em.is_running(name):
-            em.restart_device(name)
+    em.restart_dead()
     for name in em.slowed():
         em.set_slowdown(name, 1.0)
 

@@ -205,6 +205,13 @@ class EmulatedCluster:
         logging.info("device %s restarted (pid %d)", name, p.pid)
         return self.devices[name]
 
+    def restart_dead(self, timeout_s: float = 120.0) -> list[str]:
+        """Starts again every device whose server died (``restart_device``); returns their names."""
+        dead = [n for n in self.devices if not self.is_running(n)]
+        for name in dead:
+            self.restart_device(name, timeout_s)
+        return dead
+
     def is_running(self, name: str) -> bool:
         """Whether device `name`'s server process is still running (not killed, not exited)."""
         return self._procs[name].poll() is None

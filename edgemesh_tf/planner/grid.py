@@ -127,10 +127,7 @@ def staleness_charge(groups: int, staleness_penalty: float = STALENESS_PENALTY) 
 def within_margin(profile: Profile, margin: float) -> Profile:
     """``profile`` with every device's memory budget divided by ``margin`` (what a plan may predict;
     the memory model's ``headroom_for`` the planned model)."""
-    if margin == 1:
-        return profile
-    return dataclasses.replace(profile, devices=tuple(
-        dataclasses.replace(d, memory_bytes=int(d.memory_bytes / margin)) for d in profile.devices))
+    return profile if margin == 1 else _budgets(profile, lambda b: int(b / margin))
 
 
 def memory_capped(profile: Profile, stats, fraction: float) -> Profile:
@@ -139,8 +136,13 @@ def memory_capped(profile: Profile, stats, fraction: float) -> Profile:
     of it holds no device above that share of single-device training, whatever it costs in time."""
     whole = cost.held_memory_bytes(stats, [[d.units for d in stats.dims]])[0]
     cap = int(fraction * whole)
+    return _budgets(profile, lambda b: min(b, cap))
+
+
+def _budgets(profile: Profile, budget) -> Profile:
+    """``profile`` with each device's memory_bytes replaced by ``budget(memory_bytes)``."""
     return dataclasses.replace(profile, devices=tuple(
-        dataclasses.replace(d, memory_bytes=min(d.memory_bytes, cap)) for d in profile.devices))
+        dataclasses.replace(d, memory_bytes=budget(d.memory_bytes)) for d in profile.devices))
 
 
 class _Grid:

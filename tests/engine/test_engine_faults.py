@@ -14,8 +14,6 @@ import time
 
 import pytest
 
-from edgemesh_tf.cluster import emulated_cluster
-from edgemesh_tf.cluster.spec import load_cluster
 from edgemesh_tf.engine import records
 from edgemesh_tf.engine.chief import PSLost
 from edgemesh_tf.engine.config import SyncConfig
@@ -46,19 +44,6 @@ def _kill_when(em, device, predicate):
     return emit, killed
 
 
-@pytest.fixture(scope="module")
-def edge2():
-    cluster = load_cluster(CLUSTER)
-    with emulated_cluster(cluster) as em:
-        yield cluster, em
-
-
-def _restart_dead(em):
-    for name in em.devices:
-        if not em.is_running(name):
-            em.restart_device(name)
-
-
 def _cfg(cluster, logdir, sync, **kw):
     kw = {"time_budget_s": 14.0, "eval_interval_s": 0.5, "checkpoint_interval_s": 2.0, "lost_after_s": 3.0,
           "wait_timeout_s": 30.0, **kw}
@@ -78,7 +63,7 @@ def test_device_killed_is_declared_lost_and_the_other_group_trains_on(edge2, tmp
         final = run_job(_cfg(cluster, logdir, sync), cluster, testbed=em, emit=emit, fast_setup=True)
     finally:
         wall = time.monotonic() - t0
-        _restart_dead(em)
+        em.restart_dead()
     assert killed, "the kill never happened"
     assert final["lost_groups"] == ["slow"]
     assert final["why"].startswith("time budget")
@@ -106,7 +91,7 @@ def test_ps_killed_stops_the_job_naming_the_ps_then_restart_resumes(edge2, tmp_p
                     fast_setup=True)
         stopped_after = time.monotonic() - killed["at"]
     finally:
-        _restart_dead(em)  # the ps comes back at its address, its variables gone
+        em.restart_dead()  # the ps comes back at its address, its variables gone
     assert stopped_after < 30, "the job stopped %.1f s after the ps was killed" % stopped_after
     assert "checkpoint" in str(err.value)
     ckpts = read(logdir, records.Checkpoint)

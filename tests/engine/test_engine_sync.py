@@ -7,8 +7,6 @@ import os
 import numpy as np
 import pytest
 
-from edgemesh_tf.cluster import emulated_cluster
-from edgemesh_tf.cluster.spec import load_cluster
 from edgemesh_tf.data import load_dataset
 from edgemesh_tf.engine import checkpoint, records, rules
 from edgemesh_tf.engine.config import GroupSpec, SyncConfig
@@ -22,15 +20,7 @@ from edgemesh_tf.train.loop import restore_or_init
 
 pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BATCH = {"fast": 24, "slow": 8}
-
-
-@pytest.fixture(scope="module")
-def edge2():
-    cluster = load_cluster(os.path.join(ROOT, "layouts", "edge2.yaml"))
-    with emulated_cluster(cluster) as em:
-        yield cluster, em
 
 
 def _groups(cluster):
