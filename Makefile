@@ -32,7 +32,7 @@ test: install browser
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not emulator and not browser and not subprocess and not slow" tests
 
-# Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; ~60 min (time_to_accuracy ~37.5, faults ~8.7, edgemesh_claims ~7.2).
+# Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; ~72 min (time_to_accuracy ~36, edgemesh_claims ~19.5, faults ~8.2).
 # QUICK=1: a 9 min smoke run of the same pipeline into bench/quick/ (not evidence).
 # The emulated benchmarks need root (network namespaces, cgroups).
 bench: install
@@ -46,11 +46,11 @@ bench-variants: install
 bench-final: install
 	$(BIN)/python bench/suite.py --only final_accuracy $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
-# The cost model's shared medium against the testbed's Wi-Fi channel (layouts/pi4wifi.yaml), ~10 min, into the same report.
+# The cost model's shared medium against the testbed's Wi-Fi channel (layouts/pi4wifi.yaml), ~20 min, into the same report.
 bench-wifi: install
 	$(BIN)/python bench/suite.py --only planner_wifi $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
-# The cost model of VGG-16 on the Pi-class cluster over three rounds (layouts/pi4.yaml), ~22 min, into the same report.
+# The cost model of VGG-16 on the Pi-class cluster over three rounds (layouts/pi4.yaml), ~60 min, into the same report.
 bench-pi4: install
 	$(BIN)/python bench/suite.py --only planner_pi4 $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 

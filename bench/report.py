@@ -54,6 +54,29 @@ def _identity_scatter(ax, points, xlabel, ylabel, title) -> None:
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title, xlim=(0, top), ylim=(0, top))
 
 
+def drift_by_round(res) -> dict | None:
+    """The machine's drift between profiling and measuring, round by round (pure). The calibration
+    makes the cost model predict a device's whole step alone as the profiler timed it, so that
+    device's predicted ÷ measured step alone is its step at profiling over the same step timed
+    minutes later. {"device", "drift": that ratio by round, "relative_max_errors": each round's
+    largest |ratio / drift - 1| over the layouts (a ratio of two steps measured side by side),
+    "worst": the layout it was}; None for a record of one round or without a calibrated device."""
+    lays = res.get("layouts") or {}
+    calibrated = [d for d in (res.get("calibration") or {}).get("whole_step_ms", {})
+                  if f"alone:{d}" in lays and lays[f"alone:{d}"].get("predicted_over_measured_by_round")]
+    if not calibrated:
+        return None
+    device = calibrated[0]
+    drift = lays[f"alone:{device}"]["predicted_over_measured_by_round"]
+    rel, worst = [], []
+    for i, d in enumerate(drift):
+        errors = {k: abs(v["predicted_over_measured_by_round"][i] / d - 1.0) for k, v in lays.items()
+                  if len(v.get("predicted_over_measured_by_round", ())) > i}
+        worst.append(max(errors, key=errors.get))
+        rel.append(round(errors[worst[-1]], 3))
+    return {"device": device, "drift": drift, "relative_max_errors": rel, "worst": worst}
+
+
 def planner_section(rec, out_dir, name="planner", where="") -> tuple[str, list[str]]:
     res = result(rec)
     text = [f"## Planner: predicted against measured step time{where}\n", _status_line(rec)]
@@ -74,7 +97,7 @@ def planner_section(rec, out_dir, name="planner", where="") -> tuple[str, list[s
                        else "Uncalibrated ÷ measured (layer times as profiled)", "Steps"], rows) + "\n")
     describe = lambda lay: ", ".join(lay["devices"]) + ", " + (", ".join(
         f"{d} {v}" for d, v in lay["sizes"].items() if v != "replicated") or "every layer whole")
-    plans = res.get("planned_layouts") or [res["planned_layout"]] * bool(res.get("planned_layout"))
+    plans = res.get("planned_layouts") or ([res["planned_layout"]] if res.get("planned_layout") else [])
     if plans and all(p == plans[0] for p in plans):
         text.append(f"The one-group plan: {describe(plans[0])}.\n")
     elif plans:  # each round plans on its own profile: the planned row compares each with its own plan
@@ -90,6 +113,23 @@ def planner_section(rec, out_dir, name="planner", where="") -> tuple[str, list[s
         text.append(f"Each figure is the median over {res['repeats']} rounds of profiling, planning and measuring on "
                     "one testbed (this machine's speed drifts by ~12% over minutes); each round's largest error: "
                     + ", ".join(f"{fmt(100 * e, 1)}%" for e in res["repeat_max_errors"]) + ".\n")
+    drift = drift_by_round(res)
+    if drift and res.get("repeat_max_errors"):
+        d = drift["device"]
+        text.append(f"The machine's drift between profiling and measuring: the calibration makes the cost model "
+                    f"predict {d}'s step alone as the profiler timed it, so `alone:{d}`'s predicted ÷ measured is the "
+                    "same step at profiling over the same step measured minutes later: "
+                    + ", ".join(fmt(x, 3) for x in drift["drift"]) + " by round. Relative to it (two steps of one "
+                    "round, measured side by side), each round's largest error: " + ", ".join(
+                        f"{fmt(100 * e, 1)}% (`{w}`)" for e, w in zip(drift["relative_max_errors"], drift["worst"]))
+                    + ".\n")
+        untimed = sorted({w.split(":", 1)[1] for w in drift["worst"] if w.startswith("alone:")}
+                         - set(res["calibration"]["whole_step_ms"]))
+        if untimed:
+            text.append(f"{', '.join(untimed)} timed no whole step while profiling (the profiler runs only what the "
+                        "memory model says a device holds within its budget), so " + ("its" if len(untimed) == 1 else "their")
+                        + " layer times are scaled by the factor of the timed device nearest in speed "
+                        "(`planner/calibrate.py`).\n")
     mem = res.get("memory", {})
     if mem:
         text.append(table(["Model (memory)", "One device peak", "Filter split, max peak per device", "Ratio"],

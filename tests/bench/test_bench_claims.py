@@ -8,6 +8,7 @@ import pytest
 from bench_modules import load
 
 claims = load("edgemesh_claims")
+figures = load("claims_figures")
 report_claims = load("report_claims")
 
 
@@ -35,14 +36,14 @@ def _result(hybrid_ms=10.0, hybrid_peak=100):
 
 
 def test_claims_compare_the_hybrid_with_every_alternative():
-    got = claims.claims(_result())
+    got = figures.claims(_result())
     assert got["delay_mean_alone_over_hybrid"]["value"] == 5.0  # (40 + 60) / 2 / 10: c could not train alone
     assert got["delay_fastest_alone_over_hybrid"]["value"] == 4.0
     assert got["delay_data_parallel_over_hybrid"]["value"] == 2.5
     assert got["hybrid_over_sum_of_alone_throughput"]["value"] == pytest.approx(0.1 / (1 / 40 + 1 / 60), abs=1e-3)
     assert got["hybrid_max_peak_over_alone_peak"]["value"] == pytest.approx(100 / 300, abs=1e-3)
     assert all(c["pass"] for c in got.values())
-    worse = claims.claims(_result(hybrid_ms=30.0, hybrid_peak=250))
+    worse = figures.claims(_result(hybrid_ms=30.0, hybrid_peak=250))
     assert not worse["delay_mean_alone_over_hybrid"]["pass"] and not worse["hybrid_max_peak_over_alone_peak"]["pass"]
 
 
@@ -50,15 +51,15 @@ def test_a_named_options_figures_stand_beside_the_hybrid_not_in_the_checks(tmp_p
     mib, res = 2 ** 20, _result()
     res["modes"]["memory_capped"] = {"ms_per_example": 12.5, "median_step_ms": [400.0],
                                      "peak_bytes": {"a": 150 * mib, "b": 120 * mib, "c": 90 * mib}}
-    got = claims.option_figures(res, "memory_capped")
+    got = figures.option_figures(res, "memory_capped")
     assert got == {"max_peak_over_alone_peak": 0.5, "mean_peak_over_alone_peak": 0.4,
                    "delay_fastest_alone_over_it": 3.2, "delay_over_hybrid": 1.25}
-    assert "memory_capped" not in json.dumps(claims.claims(res))  # the checks are the planned hybrid's
+    assert "memory_capped" not in json.dumps(figures.claims(res))  # the checks are the planned hybrid's
     res["modes"]["memory_capped"] = {"out_of_memory": "device b (pid 2) ... out of memory", "devices": ["b"]}
-    assert claims.option_figures(res, "memory_capped") == {"out_of_memory": "device b (pid 2) ... out of memory"}
+    assert figures.option_figures(res, "memory_capped") == {"out_of_memory": "device b (pid 2) ... out of memory"}
     res["memory_capped_plan"] = {"kind": "grid", "memory_fraction": 0.5, "groups": [
         {"devices": ["a", "b", "c"], "sizes": {"conv1": [24, 22, 18]}}]}
-    res["memory_capped_option"], res["checks"] = got, claims.claims(res)
+    res["memory_capped_option"], res["checks"] = got, figures.claims(res)
     text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
     assert "`memory_capped` plan (grid): [a, b, c] conv1 [24, 22, 18]" in text
     assert ("`memory_fraction=0.5` (no device predicted above that fraction of the whole model's step on one device; "
@@ -75,13 +76,13 @@ def test_the_cost_model_is_checked_on_planned_even_and_alone_steps(tmp_path):
     res["even_plan"] = {"kind": "even", "groups": [{"devices": ["a", "b"], "sizes": {"conv1": [32, 32]},
                                                      "predicted_over_measured": 0.88}]}
     res["modes"]["alone:a"]["predicted_over_measured"] = 1.1
-    assert claims.prediction_ratios(res) == {"filter_split[a,b]": 1.05, "even[a,b]": 0.88, "alone:a": 1.1}
-    got = claims.claims(res)["prediction_max_error"]
+    assert figures.prediction_ratios(res) == {"filter_split[a,b]": 1.05, "even[a,b]": 0.88, "alone:a": 1.1}
+    got = figures.claims(res)["prediction_max_error"]
     assert got == {"value": 0.12, "threshold": 0.15, "at_most": True, "pass": True}
     res["modes"]["alone:b"]["predicted_over_measured"] = np.float64(1.2)  # 20% over (figures may be numpy's)
-    assert not claims.claims(res)["prediction_max_error"]["pass"]
-    json.dumps(claims.claims(res))  # printable as JSON
-    res["checks"] = claims.claims(res)
+    assert not figures.claims(res)["prediction_max_error"]["pass"]
+    json.dumps(figures.claims(res))  # printable as JSON
+    res["checks"] = figures.claims(res)
     text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
     assert "| prediction_max_error | 0.2 | ≤ 0.15 | **not met** |" in text
     assert "`even` plan (even): [a, b] conv1 [32, 32]" in text
@@ -90,24 +91,49 @@ def test_the_cost_model_is_checked_on_planned_even_and_alone_steps(tmp_path):
 def test_the_compute_bound_says_what_no_division_can_beat(tmp_path):
     res = _result()
     res["profiled_speed"] = {"a": 1.0, "b": 0.7, "c": 0.3}
-    b = claims.compute_bound(res)
+    b = figures.compute_bound(res)
     # fastest alone 40 ms per example; all three at full use: 40 / 2.0 = 20 ms
     assert b == {"speed_sum": 2.0, "fastest_over_bound": 2.0, "mean_over_bound": 2.5, "hybrid_share_of_bound": 2.0}
     res["modes"]["hybrid"]["ms_per_example"] = 25.0
-    res["compute_bound"] = claims.compute_bound(res)
+    res["compute_bound"] = figures.compute_bound(res)
     assert res["compute_bound"]["hybrid_share_of_bound"] == 0.8
-    res["checks"] = claims.claims(res)
+    res["checks"] = figures.claims(res)
     text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
     assert "at most 2.0× faster than the fastest device alone and 2.5× faster than the mean" in text
     assert "the hybrid reaches 80% of that bound" in text
     assert "beyond that bound: out of reach" in text  # 2.5 < 3.2
-    assert report_claims.THRESHOLD_MEAN == claims.THRESHOLDS["delay_mean_alone_over_hybrid"]
-    assert claims.compute_bound({"modes": {}}) is None
+    assert figures.compute_bound({"modes": {}}) is None
+
+
+def test_the_report_says_why_data_parallelism_and_memory_are_where_they_are(tmp_path):
+    res = _result(hybrid_ms=24.0, hybrid_peak=250)
+    res["modes"]["data_parallel"].update(ms_per_example=28.0, devices=["a", "b"])
+    res["profiled_speed"] = {"a": 1.0, "b": 0.6, "c": 0.4}
+    d = figures.data_parallel_bound(res)
+    # bounds: data parallelism 40 / 1.6 = 25 ms an example, the hybrid over a, b, c 40 / 2.0 = 20 ms
+    assert d == {"data_parallel_speed_sum": 1.6, "hybrid_speed_sum": 2.0, "ratio_at_bounds": 1.25,
+                 "data_parallel_share_of_bound": 0.893, "hybrid_share_of_bound": 0.833,
+                 "hybrid_share_needed": pytest.approx(1.3 * (25 / 28) * 0.8, abs=1e-3)}
+    m = figures.memory_spread(res)
+    assert m == {"max_device": "a", "max_peak_over_alone_peak": 0.833, "mean_peak_over_alone_peak": 0.467,
+                 "max_device_speed_share": 0.5}
+    res["checks"] = figures.claims(res)
+    assert not res["checks"]["delay_data_parallel_over_hybrid"]["pass"]  # 28 / 24 = 1.17
+    text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "data parallelism over a, b (profiled speeds summing to 1.6) would take 1.25× the hybrid's delay over a, b, c" in text
+    assert "Data parallelism reached 89% of its bound" in text and "the hybrid 83% of its" in text
+    assert "the measured ratio is 1.17×; 1.3× would take the hybrid at 93% of its bound" in text
+    assert "the max peak is a's (50% of the plan's profiled speed" in text and "0.833 of the largest alone" in text
+    assert "the mean over the plan's devices is 0.467" in text
+    del res["profiled_speed"]  # records without profiled speeds: no bound, and no sentence built on one
+    assert figures.data_parallel_bound(res) is None and "max_device_speed_share" not in figures.memory_spread(res)
+    text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "Against synchronous data parallelism" not in text and "the max peak is a's, 0.833" in text
 
 
 def test_report_shows_modes_out_of_memory_and_claims(tmp_path):
     res = _result()
-    res["checks"] = claims.claims(res)
+    res["checks"] = figures.claims(res)
     text, plots = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
     assert "| `alone:c` | — | — | **out of memory** |" in text
     assert "`alone:c` ran out of memory: device c" in text
@@ -157,7 +183,7 @@ def test_a_multi_group_hybrid_pays_its_commits_and_is_reported_with_its_stalenes
     res["hybrid_plan"].update(commit_interval=8, idle=["d"], groups=[{"devices": ["a"], "sizes": {}},
                                                          {"devices": ["b", "c"], "sizes": {"conv1": [40, 24]}}])
     res["modes"]["hybrid"].update(rounds=3, effective_ms_per_example=11.0)
-    res["checks"] = claims.claims(res)
+    res["checks"] = figures.claims(res)
     text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
     assert "`hybrid`: 2 groups committing asynchronously to the parameter server every 8 local iterations" in text
     assert "timed over 3 rounds" in text and "11.0 ms per example" in text

@@ -230,6 +230,29 @@ def test_planner_section_shows_every_layout_and_the_prediction_check(tmp_path):
     assert "The one-group plan: edge0, edge1, conv1 [20, 12]." in text and "of each round" not in text
 
 
+def test_the_planner_section_separates_the_machines_drift_from_the_models_error(tmp_path):
+    def lay(by_round):
+        return {"predicted_step_ms": 100.0, "measured_median_step_ms": 100.0, "predicted_over_measured": by_round[1],
+                "predicted_over_measured_by_round": by_round, "steps": 15}
+
+    res = {"model": "vgg16", "dataset": "digits32", "batch": 32, "cluster": "layouts/pi4.yaml",
+           "layouts": {"planned": lay([0.92, 1.1]), "alone:a": lay([0.95, 1.2]), "alone:c": lay([1.0, 1.5])},
+           "prediction_max_error": 0.2, "repeats": 2, "repeat_max_errors": [0.1, 0.5],
+           "calibration": {"whole_step_ms": {"a": 7000.0}}}
+    got = report.drift_by_round(res)
+    # round 2: the calibrated device's own step was predicted 1.2x: the others relative to that
+    assert got == {"device": "a", "drift": [0.95, 1.2], "relative_max_errors": [0.053, 0.25],
+                   "worst": ["alone:c", "alone:c"]}
+    text, _ = report.planner_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "`alone:a`'s predicted ÷ measured is the same step at profiling over" in text
+    assert "0.95, 1.2 by round" in text and "each round's largest error: 5.3% (`alone:c`), 25.0% (`alone:c`)." in text
+    assert "c timed no whole step while profiling" in text
+    res["calibration"]["whole_step_ms"]["c"] = 9000.0
+    assert "timed no whole step" not in report.planner_section({"status": "ok", "result": res}, str(tmp_path))[0]
+    del res["calibration"]  # records without a calibrated device alone: nothing to relate to
+    assert report.drift_by_round(res) is None
+
+
 def test_planner_layouts_are_medians_over_rounds():
     planner = load("planner")
 
