@@ -110,11 +110,6 @@ def single_layout_from_flags() -> SingleLayout:
 def main(argv):
     if len(argv) > 1:
         raise SystemExit("edgemesh train: unexpected arguments %s" % argv[1:])
-    from edgemesh_tf.data import load_dataset
-    from edgemesh_tf.planner import load_plan
-    from edgemesh_tf.models import get_model
-    from edgemesh_tf.train.loop import train
-
     if FLAGS.sync:
         try:
             job = hybrid_job_from_flags()
@@ -124,6 +119,15 @@ def main(argv):
         return
     try:
         run = single_layout_from_flags()
+    except ValueError as e:
+        raise SystemExit("edgemesh train: %s" % e)
+    # TensorFlow only after the flags are checked: a bad flag is named at once, not after its import
+    from edgemesh_tf.data import load_dataset
+    from edgemesh_tf.planner import load_plan
+    from edgemesh_tf.models import get_model
+    from edgemesh_tf.train.loop import train
+
+    try:
         layout = _layout_of_plan(load_plan(run.layout), run.layout, run.group)
         data = load_dataset(run.dataset, run.data_path)
         spec = get_model(run.model, data.image_shape, data.num_classes)

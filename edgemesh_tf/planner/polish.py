@@ -55,7 +55,12 @@ class _Search:
     def __init__(self, group, stats, coeffs, quanta, profile_batch, split: Callable[[int], Shares]):
         from edgemesh_tf.planner.simulate import simulate_step_ms
 
-        self.group, self.stats, self.coeffs, self.quanta, self.split = group, stats, coeffs, quanta, split
+        self.group, self.stats, self.coeffs, self.quanta = group, stats, coeffs, quanta
+        # the exact layer solve is a pure function of the layer (its caps are fixed by then), and every
+        # pass over the single moves asks it of every replicated layer again: vgg_wide at batch 128 on
+        # four devices solved 3,123 times for 15 layers, 23 s of a 24 s plan
+        solved: dict[int, Shares] = {}
+        self.split = lambda l: solved[l] if l in solved else solved.setdefault(l, split(l))
         self.k = len(group)
         self.fixed = fixed_memory_bytes(stats, self.k)
         self.budget = [d.memory_bytes for d in group]
@@ -176,7 +181,8 @@ def polish(group: Sequence[DeviceProfile], stats: ModelStats, coeffs: Sequence[L
     others are used if they fit). When the whole space has at most ``EXACT_MAX`` divisions, every
     one is tried instead (exact).
 
-    split(l): the exact layer-by-layer shares of layer l (None if it cannot be split).
+    split(l): the exact layer-by-layer shares of layer l (None if it cannot be split); a pure function
+    of l, asked at most once per layer.
     """
     search = _Search(group, stats, coeffs, quanta, profile_batch, split)
     if _space(coeffs, quanta, search.k) <= EXACT_MAX:

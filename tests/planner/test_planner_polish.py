@@ -1,4 +1,5 @@
-"""polish's memory repair: the same shares as moving one quantum at a time, and no search where none can fit."""
+"""polish's memory repair: the same shares as moving one quantum at a time, and no search where none can fit;
+the exact layer solve asked once per layer."""
 import random
 
 from planner_util import flops_device
@@ -7,7 +8,7 @@ from edgemesh_tf.models.zoo import get_model
 from edgemesh_tf.planner import model_stats
 from edgemesh_tf.planner.cost import layer_coeffs
 from edgemesh_tf.planner.division import quantum
-from edgemesh_tf.planner.polish import _moved, _Search
+from edgemesh_tf.planner.polish import _moved, _Search, polish
 
 STATS = model_stats(get_model("vgg16", (32, 32, 1), 10), 32)
 
@@ -72,3 +73,16 @@ def test_repair_gives_up_at_once_when_the_group_cannot_hold_the_model():
     whole = [None] * len(STATS.dims)
     assert sum(search.memory(whole)) > sum(search.budget)
     assert search.repair(whole, set()) is None
+
+
+def test_the_search_asks_the_exact_layer_solve_once_per_layer():
+    search = _search([2048] * 4)
+    asked = []
+
+    def split(l):
+        asked.append(l)
+        return None  # as for a layer that cannot be split: the moves fall back to an even split
+
+    replicated = [None] * len(STATS.dims)
+    polish(search.group, STATS, search.coeffs, search.quanta, [replicated], STATS.batch, split, max_evaluations=400)
+    assert asked and len(asked) == len(set(asked)), asked  # every descent pass asked again before (23 s of a plan)
