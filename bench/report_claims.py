@@ -1,7 +1,7 @@
 """The EdgeMesh claims section of bench/REPORT.md (bench/edgemesh_claims.py): each device alone,
 synchronous data parallelism, the planned filter split and hybrid grid, at the same batch per update;
 records of the first format (single / data_parallel / filter_split / hybrid) are still rendered."""
-from claims_figures import THRESHOLDS, compute_bound, data_parallel_bound, memory_spread
+from claims_figures import THRESHOLDS, compute_bound, data_parallel_bound, memory_spread, prediction_ratios
 from report_common import MIB, _figure, _status_line, fmt, plt, result, table
 
 
@@ -107,7 +107,7 @@ def claims_section(rec, out_dir) -> tuple[str, list[str]]:
                     + (f" The paper's {fmt(mean_asked, 1)}× over the mean is beyond that bound: out of reach "
                        "on this cluster whatever the division." if b["mean_over_bound"] < mean_asked else "")
                     + "\n")
-    text += _why_data_parallel(res) + _why_memory(res)
+    text += _why_data_parallel(res) + _why_memory(res) + _why_prediction(res)
     text += _memory_capped(res)
     for e in res.get("errors", []):
         text.append(f"**Error**: {e}\n")
@@ -210,7 +210,10 @@ def _why_data_parallel(res) -> list[str]:
             f"gradients' allreduce), the hybrid {fmt(100 * d['hybrid_share_of_bound'], 0)}% of its (every split "
             f"layer's gathers and reductions of activations), so the measured ratio is {fmt(check['value'], 2)}×; "
             f"{fmt(check['threshold'], 1)}× would take the hybrid at {fmt(100 * d['hybrid_share_needed'], 0)}% of "
-            "its bound.\n"]
+            "its bound." + "".join(f" The plan itself ran {fmt(1 / g['predicted_over_measured'], 2)}× the step it was "
+                                  f"planned for ([{', '.join(g['devices'])}]; the prediction below)."
+                                  for g in res["hybrid_plan"]["groups"]
+                                  if abs(g.get("predicted_over_measured", 1.0) - 1.0) > 0.05) + "\n"]
 
 
 def _why_memory(res) -> list[str]:
@@ -225,6 +228,25 @@ def _why_memory(res) -> list[str]:
             f"the largest alone; the mean over the plan's devices is {fmt(m['mean_peak_over_alone_peak'], 3)}. "
             "Each device also holds what a split does not divide (the gathered activations, the input batch, the "
             "unsplit layers, TF's runtime). A division by memory rather than time is the named option below.\n"]
+
+
+def _why_prediction(res) -> list[str]:
+    """The largest prediction error, and which devices' layer times were calibrated by a step of their own."""
+    check, prof, ratios = res.get("checks", {}).get("prediction_max_error"), res.get("profile") or {}, prediction_ratios(res)
+    if not check or not prof or not ratios:
+        return []
+    worst = max(ratios, key=lambda k: abs(ratios[k] - 1.0))
+    text = f"Prediction: the largest error is `{worst}`, predicted at {fmt(ratios[worst], 2)}× its measured step."
+    timed = [d["name"] for d in prof["devices"] if d.get("whole_step_ms")]
+    others = [d["name"] for d in prof["devices"] if not d.get("whole_step_ms")]
+    if timed and others:
+        alone = [f"{n} alone was predicted at {fmt(ratios[f'alone:{n}'], 2)}×" for n in others if f"alone:{n}" in ratios]
+        text += (f" Only {', '.join(timed)} timed a whole step while profiling (by the memory model and its headroom "
+                 "the others do not hold the model within their budgets), so the layer times of "
+                 f"{', '.join(others)} are scaled by " + ("its factor" if len(timed) == 1 else "the factor of the timed "
+                                                          "device nearest in speed")
+                 + (f"; with it, {', '.join(alone)}" if alone else "") + ".")
+    return [text + "\n"]
 
 
 def _memory_capped(res) -> list[str]:

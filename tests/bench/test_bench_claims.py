@@ -125,6 +125,18 @@ def test_the_report_says_why_data_parallelism_and_memory_are_where_they_are(tmp_
     assert "the measured ratio is 1.17×; 1.3× would take the hybrid at 93% of its bound" in text
     assert "the max peak is a's (50% of the plan's profiled speed" in text and "0.833 of the largest alone" in text
     assert "the mean over the plan's devices is 0.467" in text
+    assert "The plan itself ran" not in text and "Prediction:" not in text  # nothing predicted in this record
+    # the plan ran slower than planned, and only a timed its whole step while profiling
+    res["hybrid_plan"]["groups"][0]["predicted_over_measured"] = 0.8
+    res["modes"]["alone:b"]["predicted_over_measured"] = 0.9
+    res["profile"] = {"devices": [{"name": "a", "whole_step_ms": 1280.0}, {"name": "b", "whole_step_ms": 0.0},
+                                  {"name": "c", "whole_step_ms": 0.0}]}
+    res["checks"] = figures.claims(res)
+    text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
+    assert "The plan itself ran 1.25× the step it was planned for ([a, b, c]" in text
+    assert "Prediction: the largest error is `hybrid[a,b,c]`, predicted at 0.8× its measured step." in text
+    assert ("Only a timed a whole step while profiling" in text and "the layer times of b, c are scaled by its factor; "
+            "with it, b alone was predicted at 0.9×." in text)
     del res["profiled_speed"]  # records without profiled speeds: no bound, and no sentence built on one
     assert figures.data_parallel_bound(res) is None and "max_device_speed_share" not in figures.memory_spread(res)
     text, _ = report_claims.claims_section({"status": "ok", "result": res}, str(tmp_path))
