@@ -82,7 +82,8 @@ def compute_bound(out: dict) -> dict | None:
     return got
 
 
-def _plan_devices(out: dict) -> list[str]:
+def plan_devices(out: dict) -> list[str]:
+    """The devices of the planned hybrid's groups, in order."""
     return [n for g in (out.get("hybrid_plan") or {}).get("groups", []) for n in g["devices"]]
 
 
@@ -96,7 +97,7 @@ def data_parallel_bound(out: dict) -> dict | None:
     threshold's times slower}; None without the figures."""
     speeds, m = out.get("profiled_speed"), out["modes"]
     alone, dp, hybrid = alone_figures(m)[0], m.get("data_parallel", {}), m.get("hybrid", {})
-    on, dp_on = _plan_devices(out), dp.get("devices", [])
+    on, dp_on = plan_devices(out), dp.get("devices", [])
     if not (alone and dp.get("ms_per_example") and hybrid.get("ms_per_example") and on and dp_on
             and all(n in (speeds or {}) for n in on + dp_on)):
         return None
@@ -114,7 +115,7 @@ def memory_spread(out: dict) -> dict | None:
     "mean_peak_over_alone_peak", "max_device_speed_share": that device's profiled speed over the sum
     of the plan's devices' (the share of each layer a division by time gives it)}; None without peaks."""
     peaks, peak_alone = out["modes"].get("hybrid", {}).get("peak_bytes"), alone_figures(out["modes"])[1]
-    speeds, on = out.get("profiled_speed") or {}, _plan_devices(out)
+    speeds, on = out.get("profiled_speed") or {}, plan_devices(out)
     if not peaks or not peak_alone:
         return None
     top = max(peaks, key=peaks.get)

@@ -60,7 +60,7 @@ def drift_by_round(res) -> dict | None:
     device's predicted ÷ measured step alone is its step at profiling over the same step timed
     minutes later. {"device", "drift": that ratio by round, "relative_max_errors": each round's
     largest |ratio / drift - 1| over the layouts (a ratio of two steps measured side by side),
-    "worst": the layout it was}; None for a record of one round or without a calibrated device."""
+    "worst": the layout it was}; None without a calibrated device's step alone measured by round."""
     lays = res.get("layouts") or {}
     calibrated = [d for d in (res.get("calibration") or {}).get("whole_step_ms", {})
                   if f"alone:{d}" in lays and lays[f"alone:{d}"].get("predicted_over_measured_by_round")]

@@ -1,7 +1,8 @@
 """The EdgeMesh claims section of bench/REPORT.md (bench/edgemesh_claims.py): each device alone,
 synchronous data parallelism, the planned filter split and hybrid grid, at the same batch per update;
 records of the first format (single / data_parallel / filter_split / hybrid) are still rendered."""
-from claims_figures import THRESHOLDS, compute_bound, data_parallel_bound, memory_spread, prediction_ratios
+from claims_figures import (THRESHOLDS, compute_bound, data_parallel_bound, memory_spread, plan_devices,
+                            prediction_ratios)
 from report_common import MIB, _figure, _status_line, fmt, plt, result, table
 
 
@@ -201,7 +202,7 @@ def _why_data_parallel(res) -> list[str]:
     d, check = data_parallel_bound(res), res.get("checks", {}).get("delay_data_parallel_over_hybrid")
     if not d or not check:
         return []
-    dp, on = res["modes"]["data_parallel"]["devices"], [n for g in res["hybrid_plan"]["groups"] for n in g["devices"]]
+    dp, on = res["modes"]["data_parallel"]["devices"], plan_devices(res)
     return [f"Against synchronous data parallelism: with their devices' compute used in full and no communication, "
             f"data parallelism over {', '.join(dp)} (profiled speeds summing to {fmt(d['data_parallel_speed_sum'], 2)}) "
             f"would take {fmt(d['ratio_at_bounds'], 2)}× the hybrid's delay over {', '.join(on)} "
