@@ -59,8 +59,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from claims_figures import (AT_MOST, PREDICTED_LAYOUTS, THRESHOLDS, alone_figures,  # noqa: E402,F401
-                            claims, compute_bound, option_figures, prediction_ratios)
+from claims_figures import PREDICTED_LAYOUTS, claims, compute_bound, option_figures, prediction_ratios  # noqa: E402
 from edgemesh_tf.cluster import emulated_cluster, load_cluster  # noqa: E402
 from edgemesh_tf.cluster.reach import of_testbed  # noqa: E402
 from edgemesh_tf.cluster.watch import DeviceDied, watched  # noqa: E402
