@@ -8,11 +8,10 @@ Prints a table of layers x devices (filters per device, predicted ms) and writes
 """
 from absl import flags
 
-from edgemesh_tf.models import MODEL_NAMES
-
 FLAGS = flags.FLAGS
 flags.DEFINE_string("profile", None, "Profile JSON written by profiling (per device layer ms, memory, links).")
-flags.DEFINE_enum("model", None, list(MODEL_NAMES), "Reference model (default: the profile's model).")
+flags.DEFINE_string("model", None, "The model: a zoo name or a model file (default: the profile's model, if a zoo "
+                    "name).")
 flags.DEFINE_string("out", None, "Write the plan here (YAML); default: only print it.")
 flags.DEFINE_integer("groups", None, "Number of data-parallel groups (default: the best of 1..devices).",
                      lower_bound=1)
@@ -32,18 +31,20 @@ def main(argv):
         raise SystemExit("edgemesh plan: unexpected arguments %s" % argv[1:])
     if not FLAGS.profile:
         raise SystemExit("edgemesh plan: --profile is required (a profile JSON file)")
-    from edgemesh_tf.models.zoo import get_model
+    from edgemesh_tf.models import MODEL_NAMES, load_model
     from edgemesh_tf.planner import format_table, plan, write_plan
     from edgemesh_tf.profile.types import load_profile
 
     try:
         profile = load_profile(FLAGS.profile)
-        model = FLAGS.model or profile.model
-        if FLAGS.model and profile.model != FLAGS.model:
-            raise ValueError("%s: profile was measured for model %r, not %r" % (FLAGS.profile, profile.model, model))
         if FLAGS.groups and FLAGS.groups > len(profile.devices):
             raise ValueError("--groups %d: the profile has only %d devices" % (FLAGS.groups, len(profile.devices)))
-        spec = get_model(model, tuple(profile.image_shape), profile.num_classes)
+        if not FLAGS.model and profile.model not in MODEL_NAMES:
+            raise ValueError("%s: profile was measured for model %r from a model file: pass it as --model FILE.py"
+                             % (FLAGS.profile, profile.model))
+        spec = load_model(FLAGS.model or profile.model, tuple(profile.image_shape), profile.num_classes)
+        if spec.name != profile.model:
+            raise ValueError("%s: profile was measured for model %r, not %r" % (FLAGS.profile, profile.model, spec.name))
         result = plan(profile, spec, groups=FLAGS.groups, batch=FLAGS.batch, chunks=FLAGS.chunks,
                       commit_interval=FLAGS.commit_interval, engine=FLAGS.engine,
                       memory_fraction=FLAGS.memory_fraction)

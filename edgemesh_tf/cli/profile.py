@@ -10,11 +10,11 @@ import json
 from absl import flags
 
 from edgemesh_tf.data import DATASET_NAMES
-from edgemesh_tf.models import MODEL_NAMES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file (YAML).")
-flags.DEFINE_enum("model", "vgg", list(MODEL_NAMES), "Reference model.")
+flags.DEFINE_string("model", "vgg", "The model: a zoo name (vgg, vgg_wide, resnet, vgg16, vgg_m) or a model file "
+                    "that defines model(images, num_classes).")
 flags.DEFINE_enum("dataset", "digits", list(DATASET_NAMES),
                   "Dataset whose image shape the model takes (nothing is loaded).")
 flags.DEFINE_integer("batch", 32, "Examples per device step.", lower_bound=1)
@@ -30,13 +30,13 @@ def main(argv):
 
     from edgemesh_tf.data import IMAGE_SHAPES
     from edgemesh_tf.cluster import load_cluster
-    from edgemesh_tf.models import get_model
+    from edgemesh_tf.models import load_model
     from edgemesh_tf.planner.calibrate import steps_to_time
     from edgemesh_tf.profile.run import budgets, profile_cluster
     from edgemesh_tf.profile.types import save_profile
 
-    spec = get_model(FLAGS.model, IMAGE_SHAPES[FLAGS.dataset], 10)
     try:
+        spec = load_model(FLAGS.model, IMAGE_SHAPES[FLAGS.dataset], 10)
         cluster = load_cluster(FLAGS.cluster)
         profile = profile_cluster(cluster, spec, FLAGS.batch, emulate=FLAGS.emulate, repeats=FLAGS.repeats,
                                   **steps_to_time(budgets(cluster), spec, FLAGS.batch))

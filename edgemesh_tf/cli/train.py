@@ -52,7 +52,7 @@ HYBRID_ONLY = tuple(f for f in JOB_FLAGS if f not in BOTH_MODES)
 
 @dataclasses.dataclass(frozen=True)
 class SingleLayout:
-    """What single-layout training runs: `train(get_model(model), load_dataset(dataset, data_path),
+    """What single-layout training runs: `train(load_model(model), load_dataset(dataset, data_path),
     layout of (layout, group), **kwargs)`, on `cluster`'s servers (emulated or not) if given."""
 
     layout: str
@@ -124,13 +124,13 @@ def main(argv):
     # TensorFlow only after the flags are checked: a bad flag is named at once, not after its import
     from edgemesh_tf.data import load_dataset
     from edgemesh_tf.planner import load_plan
-    from edgemesh_tf.models import get_model
+    from edgemesh_tf.models import load_model
     from edgemesh_tf.train.loop import train
 
     try:
         layout = _layout_of_plan(load_plan(run.layout), run.layout, run.group)
         data = load_dataset(run.dataset, run.data_path)
-        spec = get_model(run.model, data.image_shape, data.num_classes)
+        spec = load_model(run.model, data.image_shape, data.num_classes)
         try:
             layout.validate(spec.dims(run.kwargs["batch_size"]))
         except ValueError as e:

@@ -31,7 +31,7 @@ from edgemesh_tf.engine.liveness import Liveness
 from edgemesh_tf.engine.report import JobReport
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import single_device_layout
-from edgemesh_tf.models import get_model
+from edgemesh_tf.models import load_model
 
 TICK_S = 0.1
 PROBE_S = 3.0  # a parameter server that cannot answer a counter read in this time is gone
@@ -66,7 +66,7 @@ class Chief:
         self.stop_request = self.t0 = None  # why to stop (str); monotonic s training began
         self._replica = ReplicaLocks()  # evaluations (a thread) and checkpoints
         self.data = load_dataset(cfg.dataset, cfg.data_path)
-        spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
+        spec = load_model(cfg.model, self.data.image_shape, self.data.num_classes)
         self.g = build_replica_graph(spec, single_device_layout(cfg.chief_device), EVAL_BATCH, cfg.group_names,
                                      ps_device=cfg.ps_device, learning_rate=cfg.learning_rate, momentum=cfg.momentum,
                                      seed=cfg.seed, group=None, container="chief")

@@ -22,7 +22,7 @@ import typing
 from typing import Any, Callable, Mapping
 
 from edgemesh_tf.data import DATASET_NAMES
-from edgemesh_tf.models import MODEL_NAMES
+from edgemesh_tf.models import check_model_ref
 
 STRATEGIES = ("bsp", "asp", "ssp", "local_sgd", "adsp", "ashl")
 COMPRESSIONS = ("none", "fixed", "ashl", "budget")
@@ -87,6 +87,13 @@ def one_of(choices, label: str | None = None) -> Callable[[str, Any], str | None
         if v not in choices:
             return "%s must be one of %s, got %r" % (label or name, ", ".join(choices), v)
     return check
+
+
+def _model_ref(name, v) -> str | None:
+    try:
+        check_model_ref(v)
+    except (ValueError, TypeError) as e:
+        return "%s: %s" % (name, e)
 
 
 def setting(default=dataclasses.MISSING, help: str = "", *, check=None, flag: str | None = None,
@@ -226,7 +233,9 @@ class JobSettings:
     --cluster --sync` and `edgemesh run` set from their flags (one flag per field, same name unless
     `flag=` says otherwise), and what `MainJob` holds before it has planned the groups."""
 
-    model: str = setting("vgg", "Reference model.", choices=MODEL_NAMES)
+    model: str = setting("vgg", "The model: a zoo name (vgg, vgg_wide, resnet, vgg16, vgg_m) or a Python file that "
+                         "defines model(images, num_classes) with edgemesh_tf.layers (README: Your own model).",
+                         check=_model_ref)
     dataset: str = setting("digits", "Dataset (digits is built in; cifar10 and mnist are read from --data_path).",
                            choices=DATASET_NAMES)
     data_path: str | None = setting(None, "Directory holding the cifar10 / mnist files (nothing is downloaded).")
@@ -285,6 +294,7 @@ class JobSettings:
         if not isinstance(self.sync, SyncConfig):
             raise FieldError(type(self), "sync", "sync must be a SyncConfig, got %r" % (self.sync,))
         validate(self)
+        object.__setattr__(self, "model", check_model_ref(self.model))  # a file: its absolute path, for every process
 
     def settings_dict(self) -> dict:
         """The JobSettings fields of this object (also of a JobConfig), as keyword arguments."""

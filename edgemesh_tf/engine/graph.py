@@ -15,7 +15,7 @@ import dataclasses
 from edgemesh_tf.engine.control import ControlBoard
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.sync.compression import TopKCompressor
 from edgemesh_tf.sync.ps import FLOAT_BYTES, INDEX_BYTES, ParameterServer
 from edgemesh_tf.train.graph import TrainGraph, build_train_graph

@@ -26,7 +26,7 @@ from edgemesh_tf.engine.graph import ReplicaGraph, build_replica_graph
 from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import layout_from_dict
-from edgemesh_tf.models import get_model
+from edgemesh_tf.models import load_model
 
 POLL_S = 0.005
 HEARTBEAT_SHARE = 0.3  # within a round, a report at least every this share of the job's lost_after_s
@@ -95,7 +95,7 @@ class GroupRunner:
         self._setup = [("begin", time.monotonic())]  # (what ended, when): the set-up's parts, for the log
         self.data = load_dataset(cfg.dataset, cfg.data_path)
         layout = layout_from_dict(layout or self.spec_g.layout, source="group %s" % self.name)
-        spec = get_model(cfg.model, self.data.image_shape, self.data.num_classes)
+        spec = load_model(cfg.model, self.data.image_shape, self.data.num_classes)
         self.g, built = replica_graph(
             spec, layout, self.spec_g.batch_size, cfg.group_names, ps_device=cfg.ps_device,
             learning_rate=cfg.learning_rate, momentum=cfg.momentum, seed=cfg.seed, group=self.name,

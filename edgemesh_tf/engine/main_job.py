@@ -70,7 +70,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
     from edgemesh_tf.data import load_dataset
     from edgemesh_tf.engine import rules
     from edgemesh_tf.engine.job import groups_of_plan, reach_servers, run_job
-    from edgemesh_tf.models import get_model
+    from edgemesh_tf.models import load_model
     from edgemesh_tf.planner import format_table, load_plan, plan, write_plan
     from edgemesh_tf.planner.calibrate import steps_to_time
     from edgemesh_tf.profile.run import budgets, profile_servers
@@ -79,7 +79,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
     s = job.settings
     cluster = load_cluster(job.cluster)
     data = load_dataset(s.dataset, s.data_path)
-    spec = get_model(s.model, data.image_shape, data.num_classes)
+    spec = load_model(s.model, data.image_shape, data.num_classes)
     os.makedirs(s.logdir, exist_ok=True)
     t_start = time.monotonic()
     with reach_servers(cluster, job.emulate) as servers:

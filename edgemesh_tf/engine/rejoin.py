@@ -38,7 +38,7 @@ def replan_layout(cfg: JobConfig, group: GroupSpec, names: list[str]) -> tuple[d
         how = "whole model on %s" % best + ("" if len(names) == 1 else " (the fastest left; no profile to divide by)")
         return single_device_layout(by_name.get(best, best)).to_dict(), how
     from edgemesh_tf.data import load_dataset
-    from edgemesh_tf.models import get_model
+    from edgemesh_tf.models import load_model
     from edgemesh_tf.planner.division import divide
     from edgemesh_tf.planner.model_stats import model_stats
     from edgemesh_tf.profile.types import load_profile
@@ -48,7 +48,7 @@ def replan_layout(cfg: JobConfig, group: GroupSpec, names: list[str]) -> tuple[d
     from edgemesh_tf.planner.grid import within_margin
 
     data = load_dataset(cfg.dataset, cfg.data_path)
-    spec = get_model(cfg.model, data.image_shape, data.num_classes)
+    spec = load_model(cfg.model, data.image_shape, data.num_classes)
     # as every plan: calibrated by the steps timed while profiling, the memory model's headroom kept
     profile = within_margin(calibrated(load_profile(cfg.profile_path), spec), cost.MEMORY.headroom_for(spec.name))
     # subsets: the planner may leave a device out when the group is faster without it

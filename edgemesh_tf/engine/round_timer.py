@@ -16,7 +16,7 @@ import time
 from edgemesh_tf.engine.graph import build_replica_graph
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.profile.step_timer import random_feed
 
 PS_WAIT_S = 60.0  # the longest a group waits for the first group to initialise the global model

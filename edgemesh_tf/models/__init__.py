@@ -1,5 +1,8 @@
-"""Reference models, defined once as data (``spec``) and built with mtf or plain TF."""
-from edgemesh_tf.models.spec import LayerSpec, ModelSpec
+"""Models: the reference zoo (written with the mesh API, ``edgemesh_tf.layers``), loading a model
+by reference (a zoo name or a model file) and the builders that turn a ``ModelSpec`` into mtf or
+plain TF."""
+from edgemesh_tf.layers import ModelSpec
+from edgemesh_tf.models.load import check_model_ref, load_model
 from edgemesh_tf.models.zoo import MODEL_NAMES, get_model
 
-__all__ = ["LayerSpec", "ModelSpec", "MODEL_NAMES", "get_model"]
+__all__ = ["ModelSpec", "MODEL_NAMES", "check_model_ref", "get_model", "load_model"]

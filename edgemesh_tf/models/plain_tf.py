@@ -1,19 +1,22 @@
 """The same ``ModelSpec`` in plain TensorFlow: the reference for correctness tests and benchmarks.
 
 ``splits`` writes a filter split by hand, as a user would without edgemesh: for a split layer the
-kernel is split by sizes, one conv (or matmul) runs per device, and the outputs are concatenated.
+kernel is split by sizes, the layer runs once per device on its part, and the outputs are
+concatenated.
 """
 from __future__ import annotations
 
-import math
 from typing import Mapping, Sequence
 
+from edgemesh_tf.layers import INPUT, KINDS, Layer, ModelSpec
+from edgemesh_tf.layers.init import initializer
 from edgemesh_tf.mesh.compat import tf
-from edgemesh_tf.models.spec import LINEAR_GAIN, RELU_GAIN, RESIDUAL_GAIN, ModelSpec, initializer
 
 
 class PlainModel:
-    """Variables and forward pass of ``spec``; variables are named like the mtf model's masters."""
+    """Variables and forward pass of ``spec``; variables are named like the mtf model's masters
+    (``<layer>/<weight>``). ``training``: batch statistics and dropout; ``updates`` then holds the
+    state assignments (batch norm's running statistics) a training step must run."""
 
     def __init__(self, spec: ModelSpec, seed: int,
                  splits: Mapping[str, Sequence[int]] | None = None, devices: Sequence[str] = ()):
@@ -22,57 +25,42 @@ class PlainModel:
         self.splits = dict(splits or {})
         self.devices = list(devices)
         self.variables: dict[str, tf.Variable] = {}
+        self.training = True
+        self.updates: list = []
 
-    def _var(self, scope: str, name: str, shape, fan_in: int | None, gain: float = RELU_GAIN):
-        full = "%s/%s" % (scope, name)
-        if full not in self.variables:
-            init = initializer(tf, self.seed, full, fan_in, gain)
-            with tf.variable_scope(scope, reuse=tf.AUTO_REUSE):
-                self.variables[full] = tf.get_variable(name, shape, initializer=init)
-        return self.variables[full]
+    def _weights(self, layer: Layer) -> dict:
+        out = {}
+        for w in KINDS[layer.kind].weights(layer, self.spec.input_shapes(layer)):
+            full = "%s/%s" % (layer.name, w.name)
+            if full not in self.variables:
+                with tf.variable_scope(layer.name, reuse=tf.AUTO_REUSE):
+                    self.variables[full] = tf.get_variable(w.name, list(w.shape), trainable=w.trainable,
+                                                           initializer=initializer(tf, self.seed, full, w))
+            out[w.name] = self.variables[full]
+        return out
 
-    def _split_apply(self, name: str, fn, kernel, bias):
-        """fn(kernel_part) per device, concatenated on the last axis, plus bias."""
-        sizes = self.splits.get(name)
+    def update(self, layer: Layer, weight: str, value) -> None:
+        self.updates.append(self.variables["%s/%s" % (layer.name, weight)].assign(value))
+
+    def _layer(self, layer: Layer, xs: list):
+        kind, w = KINDS[layer.kind], self._weights(layer)
+        sizes = self.splits.get(layer.name)
         if not sizes:
-            return fn(kernel) + bias
-        parts = tf.split(kernel, list(sizes), axis=-1)
+            return kind.tf_forward(tf, layer, xs, w, self)
+        parts = {n: tf.split(v, list(sizes), axis=-1) for n, v in w.items()}
         outs = []
-        for dev, part in zip(self.devices, parts):
+        for i, dev in enumerate(self.devices):
             with tf.device(dev):
-                outs.append(fn(part))
-        return tf.concat(outs, axis=-1) + bias
+                outs.append(kind.tf_forward(tf, layer, xs, {n: p[i] for n, p in parts.items()}, self))
+        return tf.concat(outs, axis=-1)
 
-    def _conv(self, x, name: str, units: int, gain: float = RELU_GAIN):
-        cin = x.shape.as_list()[-1]
-        k = self._var(name, "kernel", [3, 3, cin, units], 9 * cin, gain)
-        b = self._var(name, "bias", [units], None)
-        return self._split_apply(name, lambda kk: tf.nn.conv2d(x, kk, [1, 1, 1, 1], "SAME"), k, b)
-
-    def _dense(self, x, name: str, units: int, gain: float):
-        cin = x.shape.as_list()[-1]
-        w = self._var(name, "kernel", [cin, units], cin, gain)
-        b = self._var(name, "bias", [units], None)
-        return self._split_apply(name, lambda ww: tf.matmul(x, ww), w, b)
-
-    def logits(self, images):
-        x = images
+    def logits(self, images, training: bool = True):
+        self.training = training
+        values = {INPUT: images}
         for layer in self.spec.layers:
-            if layer.kind == "conv":
-                x = tf.nn.relu(self._conv(x, layer.name, layer.units))
-                if layer.pool:
-                    x = tf.nn.max_pool2d(x, 2, 2, "VALID")
-            elif layer.kind == "res":
-                h = tf.nn.relu(self._conv(x, layer.name + "a", layer.units))
-                x = tf.nn.relu(x + self._conv(h, layer.name + "b", layer.units, RESIDUAL_GAIN))
-            else:
-                if x.shape.ndims > 2:
-                    x = tf.reshape(x, [-1, math.prod(x.shape.as_list()[1:])])
-                x = self._dense(x, layer.name, layer.units, RELU_GAIN if layer.relu else LINEAR_GAIN)
-                if layer.relu:
-                    x = tf.nn.relu(x)
-        return x
+            values[layer.name] = self._layer(layer, [values[i] for i in layer.inputs])
+        return values[self.spec.layers[-1].name]
 
     def loss(self, images, labels):
-        """Mean softmax cross-entropy; labels int32 [batch]."""
+        """Mean softmax cross-entropy (training mode); labels int32 [batch]."""
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=self.logits(images)))

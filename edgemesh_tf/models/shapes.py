@@ -1,45 +1,31 @@
-"""The layer behind every splittable dim of a model, with its input shape: what the profiler times
-and what the planner's cost model sizes."""
+"""The layers behind every splittable dim of a model, with their input shape: what the profiler
+times and what the planner's cost model sizes."""
 from __future__ import annotations
 
 import dataclasses
-import math
 
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec, Segment
 
 
 @dataclasses.dataclass(frozen=True)
 class LayerShape:
-    """A splittable dim's layer. in_shape: [batch, H, W, C] (conv) or [batch, features] (dense)."""
+    """A split dim's segment (its layer and the per-channel layers that run on its slices).
+
+    in_shape: the segment's input [batch, ...]; units: the dim's size; first: the model's first
+    split layer reads the image, which needs no gradient."""
 
     name: str
-    kind: str            # "conv" or "dense"
+    segment: Segment
     in_shape: tuple[int, ...]
     units: int
-    pool: bool
-    first: bool          # the model's first layer: no gradient to its input
+    first: bool
 
 
 def layer_shapes(spec: ModelSpec, batch: int) -> list[LayerShape]:
-    """The layer of every splittable dim of ``spec``, in order, with its input shape at ``batch``."""
-    h, w, c = spec.image_shape
-    shape: tuple[int, ...] = (batch, h, w, c)
+    """The segment of every splittable dim of ``spec``, in order, with its input shape at ``batch``."""
+    units = spec.split_dims()
     out = []
-    for layer in spec.layers:
-        if layer.kind == "conv":
-            out.append(LayerShape(layer.name, "conv", shape, layer.units, layer.pool, not out))
-            hh, ww = (shape[1] // 2, shape[2] // 2) if layer.pool else (shape[1], shape[2])
-            shape = (batch, hh, ww, layer.units)
-        elif layer.kind == "res":
-            if shape[-1] != layer.units:
-                raise ValueError("res block %r: input has %d channels, block has %d" % (layer.name, shape[-1], layer.units))
-            out.append(LayerShape(layer.name + "a", "conv", shape, layer.units, False, not out))
-            out.append(LayerShape(layer.name + "b", "conv", shape, layer.units, False, False))
-        elif layer.kind == "dense":
-            if len(shape) > 2:
-                shape = (batch, math.prod(shape[1:]))
-            out.append(LayerShape(layer.name, "dense", shape, layer.units, False, not out))
-            shape = (batch, layer.units)
-        else:
-            raise ValueError("layer %r: unknown kind %r; expected conv, res or dense" % (layer.name, layer.kind))
+    for seg in spec.segments():
+        (source,) = seg.head.inputs
+        out.append(LayerShape(seg.name, seg, (batch,) + spec.shape_of(source), units[seg.name], not out))
     return out

@@ -41,7 +41,7 @@ import statistics
 from typing import Mapping, Sequence
 
 from edgemesh_tf.mesh.layout import even_split_layout
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.planner import cost
 from edgemesh_tf.planner.model_stats import ModelStats, model_stats
 from edgemesh_tf.profile.types import LayerTiming, Profile

@@ -44,7 +44,7 @@ import math
 from typing import Sequence
 
 from edgemesh_tf.mesh.layout import Layout
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.planner import alternatives as alt
 from edgemesh_tf.planner import cost
 from edgemesh_tf.planner.calibrate import calibrated

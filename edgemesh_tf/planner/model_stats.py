@@ -1,16 +1,19 @@
 """Static sizes of a ModelSpec, per splittable dim: what the cost model needs besides measurements.
 
 All activations are float32 (4 bytes). Per-example quantities are multiplied by the batch by the
-cost model. Shapes follow ``models/mesh_model.py``: 3x3 SAME convs, 2x2 VALID max-pool (h // 2),
-the first dense layer flattens its input, every layer's output is gathered on all devices.
+cost model. Each split dim's figures come from its segment (``layers.Segment``): the layer that owns
+the dim and the per-channel layers (batch norm, activation, pooling, ...) that run on its slices
+before the gather; each layer kind gives its own shapes, weights and FLOPs. Layers outside every
+segment (flatten, add, concat) run replicated and are not priced: their work is element-wise.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 
+from edgemesh_tf.layers import KINDS
 from edgemesh_tf.models.shapes import layer_shapes
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec
 
 FLOAT_BYTES = 4
 
@@ -20,12 +23,13 @@ class DimStats:
     """One splittable dim (a layer, or one conv of a res block).
 
     units: filters / output units (the size of the dim).
-    params_per_unit: weights of one unit: kernel fan-in + 1 bias.
+    params_per_unit: weights of one unit over the segment: kernel fan-in + 1 bias (+ 4 with batch norm).
     out_bytes: output activation bytes per example after ReLU/pool: what the forward allconcat gathers.
     in_bytes: input activation bytes per example: the input gradient the backward pass allreduces;
       0 for the first layer, whose input (the image) needs no gradient.
-    flops: forward FLOPs (2 x MACs) per example of the whole layer.
-    act_bytes: output activation bytes per example before pooling (what the backward pass keeps).
+    flops: forward FLOPs (2 x MACs) per example of the whole segment.
+    act_bytes: the segment's largest activation per example (a conv's output before its pooling):
+      what the memory model scales for what the backward pass keeps.
     """
 
     name: str
@@ -67,21 +71,22 @@ class ModelStats:
 
 
 def model_stats(spec: ModelSpec, batch: int, engine: bool = True) -> ModelStats:
-    """Sizes of every split dim of ``spec`` (in layer order) for ``batch`` examples per step;
-    ``engine``: see ``ModelStats``."""
+    """Sizes of every split dim of ``spec`` (in layer order) for ``batch`` examples per step, each
+    summed over its segment (the dim's layer and the per-channel layers on its slices, as the
+    layer kinds define them); ``engine``: see ``ModelStats``."""
     if batch < 1:
         raise ValueError("batch must be a positive integer, got %r" % batch)
     dims: list[DimStats] = []
-    for layer in layer_shapes(spec, 1):
-        features = math.prod(layer.in_shape[1:])
-        in_bytes = 0 if layer.first else FLOAT_BYTES * features  # the image needs no gradient
-        if layer.kind == "conv":
-            _, h, w, c = layer.in_shape
-            oh, ow = (h // 2, w // 2) if layer.pool else (h, w)
-            dims.append(DimStats(layer.name, layer.units, 9 * c + 1, FLOAT_BYTES * oh * ow * layer.units, in_bytes,
-                                 2 * 9 * c * layer.units * h * w, FLOAT_BYTES * h * w * layer.units))
-        else:
-            dims.append(DimStats(layer.name, layer.units, features + 1, FLOAT_BYTES * layer.units, in_bytes,
-                                 2 * features * layer.units, FLOAT_BYTES * layer.units))
+    for shape in layer_shapes(spec, 1):
+        seg, units = shape.segment, shape.units
+        params = flops = act = 0
+        for layer in seg.layers:
+            kind, ins = KINDS[layer.kind], spec.input_shapes(layer)
+            params += sum(w.size for w in kind.weights(layer, ins))
+            flops += kind.flops(layer, ins)
+            act = max(act, math.prod(spec.shape_of(layer.name)))
+        in_bytes = 0 if shape.first else FLOAT_BYTES * math.prod(shape.in_shape[1:])  # the image needs no gradient
+        out_bytes = FLOAT_BYTES * math.prod(spec.shape_of(seg.layers[-1].name))
+        dims.append(DimStats(seg.name, units, -(-params // units), out_bytes, in_bytes, flops, FLOAT_BYTES * act))
     h0, w0, c0 = spec.image_shape
     return ModelStats(spec.name, batch, tuple(dims), FLOAT_BYTES * h0 * w0 * c0, engine)

@@ -7,26 +7,36 @@ remote device's network round trip is paid once per run, not once per layer exec
 """
 from __future__ import annotations
 
+from edgemesh_tf.layers import KINDS
 from edgemesh_tf.models.shapes import LayerShape
 
 
+class _Probe:
+    """The context a layer kind's ``tf_forward`` gets while profiled: training mode; state
+    updates (batch norm's running statistics) are not timed."""
+
+    training = True
+
+    def update(self, layer, weight, value) -> None:
+        pass
+
+
 def build_layer_op(tf, layer: LayerShape, device: str, reps: int):
-    """An op (scalar) that runs ``reps`` forward+backward passes of ``layer`` on ``device``."""
+    """An op (scalar) that runs ``reps`` forward+backward passes of ``layer``'s segment on ``device``
+    (the layer and the per-channel layers on its slices, each built by its kind, random weights)."""
     with tf.device(device):
         total = tf.constant(0.0)
-        cin = layer.in_shape[-1]
-        kshape = [3, 3, cin, layer.units] if layer.kind == "conv" else [cin, layer.units]
         for _ in range(reps):
             x = tf.random.uniform(layer.in_shape) + 0.0 * total  # chains the reps in sequence
-            k = tf.random.normal(kshape, stddev=0.05)
-            b = tf.zeros([layer.units])
-            if layer.kind == "conv":
-                y = tf.nn.relu(tf.nn.conv2d(x, k, [1, 1, 1, 1], "SAME") + b)
-                if layer.pool:
-                    y = tf.nn.max_pool2d(y, 2, 2, "VALID")
-            else:
-                y = tf.nn.relu(tf.matmul(x, k) + b)
-            wrt = [k, b] if layer.first else [k, b, x]
+            y, wrt, shape = x, [] if layer.first else [x], layer.in_shape[1:]
+            for node in layer.segment.layers:
+                kind = KINDS[node.kind]
+                weights = kind.weights(node, [shape])
+                w = {wt.name: tf.random.normal(list(wt.shape), stddev=0.05) + (1.0 if wt.init == "ones" else 0.0)
+                     for wt in weights}
+                wrt += [w[wt.name] for wt in weights if wt.trainable]
+                y = kind.tf_forward(tf, node, [y], w, _Probe())
+                shape = tuple(y.shape.as_list()[1:])
             grads = tf.gradients(tf.reduce_sum(y * 1e-3), wrt)
             total = total + tf.add_n([tf.reduce_sum(g) for g in grads])
         return total

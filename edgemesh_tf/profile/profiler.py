@@ -17,7 +17,7 @@ import numpy as np
 
 from edgemesh_tf.cluster.procs import read_vm_kb  # noqa: F401  (step_timer and bench import it from here)
 from edgemesh_tf.mesh.compat import tf
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.models.shapes import layer_shapes
 from edgemesh_tf.profile.layers import build_layer_op, build_noop_op, build_transfer_op
 from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile

@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 
 from edgemesh_tf.cluster.reach import Servers, reach_servers
 from edgemesh_tf.cluster.spec import ClusterFile, load_cluster
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
 from edgemesh_tf.profile.types import Profile
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.profile.profiler import read_vm_kb
 from edgemesh_tf.train.graph import build_train_graph
 from edgemesh_tf.train.loop import restore_or_init

@@ -18,7 +18,7 @@ from edgemesh_tf.mesh.compat import mtf, tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.mesh.uneven import UnevenLowering
 from edgemesh_tf.models import mesh_model
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec
 
 
 @dataclasses.dataclass
@@ -29,7 +29,7 @@ class TrainGraph:
     images: tf.Tensor
     labels: tf.Tensor
     loss: tf.Tensor
-    logits: tf.Tensor
+    logits: tf.Tensor          # evaluation mode: batch norm's running statistics, no dropout
     train_op: tf.Operation
     global_step: tf.Variable
     init_op: tf.Operation
@@ -37,7 +37,8 @@ class TrainGraph:
     copy_slices_to_masters: tf.Operation
     learning_rate: tf.Tensor   # float32 scalar, fed per step (default: the build's learning_rate)
     gradients: dict            # master variable name -> whole-tensor gradient (tf.Tensor)
-    weights: dict              # master variable name -> whole-tensor value read from the slices
+    weights: dict              # master variable name -> whole-tensor value read from the slices (trainable
+                               # weights and layer state such as batch norm's running statistics)
     layout: Layout
     batch_size: int
 
@@ -103,8 +104,13 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
             labels = tf.placeholder(tf.int32, [batch_size], name="labels")
             global_step = tf.train.get_or_create_global_step()
             lr = tf.placeholder_with_default(tf.constant(float(learning_rate), tf.float32), [], name="learning_rate")
-        loss, logits = mesh_model.loss_and_logits(spec, mesh, images, labels, batch_size, seed)
+        ctx = mesh_model.MeshContext(mesh, spec, seed, training=True)
+        loss, logits = mesh_model.loss_and_logits(spec, mesh, images, labels, batch_size, seed, ctx)
+        if spec.has_modes():  # batch norm or dropout: evaluation reads running statistics, drops nothing
+            logits = mesh_model.logits(spec, mesh_model.import_batch(spec, mesh, images, labels, batch_size)[0],
+                                       seed, training=False)
         weights = list(mtf_graph.trainable_variables)
+        state = [v for v in mtf_graph.all_variables if not v.trainable]  # before the momentum slots
         grads = mtf.gradients([loss], [v.outputs[0] for v in weights])
         with tf.variable_scope("momentum"):
             slots = [mtf.get_variable(mesh, v.name.replace("/", "_"), v.shape, initializer=tf.zeros_initializer(),
@@ -128,6 +134,7 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
                         m_new = m.assign(momentum * m + g)
                     with tf.control_dependencies(_reads_of(w, step_ops)):
                         updates.append(w.assign_sub(lr * m_new))
+        updates += [lowering.lowered_operation(op) for op in ctx.updates]
         with tf.control_dependencies(updates), tf.device(master):
             train_op = global_step.assign_add(1).op
 
@@ -138,5 +145,5 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
             copy_masters_to_slices=lowering.copy_masters_to_slices(),
             copy_slices_to_masters=lowering.copy_slices_to_masters(),
             gradients={v.name: lowering.export_to_tf_tensor(g) for v, g in zip(weights, grads)},
-            weights={v.name: lowering.export_to_tf_tensor(v.outputs[0]) for v in weights},
+            weights={v.name: lowering.export_to_tf_tensor(v.outputs[0]) for v in weights + state},
             layout=layout, batch_size=batch_size)

@@ -15,7 +15,7 @@ from edgemesh_tf.engine import checkpoint
 from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
-from edgemesh_tf.models.spec import ModelSpec
+from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.train.graph import TrainGraph, build_train_graph
 
 
