@@ -25,6 +25,20 @@ FLAGS = flags.FLAGS
 JOB_FLAGS = tuple(hybrid.define_flags("run"))
 
 
+def plan_lines(p: dict) -> list[str]:
+    """What the planner chose and why: its prediction against the best alternative, and each split."""
+    best = p["best_alternative"]
+    why = (" (predicted %.0f examples/s; the best alternative, %s, %.0f)" % (p["predicted_examples_per_sec"], *best)
+           if best else " (predicted %.0f examples/s)" % p["predicted_examples_per_sec"])
+    lines = ["plan: %s%s" % (p["kind"], why)]
+    if not p["splits"]:
+        lines.append("  no layer split: the planner predicts no split pays on these devices")
+    for group, dims in p["splits"].items():
+        for dim, by in dims.items():
+            lines.append("  %s splits %s: %s" % (group, dim, " / ".join("%s %d" % kv for kv in by.items())))
+    return lines
+
+
 def summary_text(s: dict) -> str:
     """The summary a person reads at the end of the job."""
     lines = ["", "== %s on %s, %s, cluster %s (%s network, %s compute) ==" % (
@@ -40,6 +54,7 @@ def summary_text(s: dict) -> str:
     for name, d in s["devices"].items():
         lines.append("  %-10s %-12s %11.0f %9.2f %11.0f%%" % (name, d["group"], d["examples_per_sec"],
                                                            d["compute_gflops"], 100 * d["utilisation"]))
+    lines.extend(plan_lines(s["planned"]))
     if s["idle_devices"]:
         lines.append("  idle: %s (the planner predicts the job faster without them; see %s)" % (
             ", ".join(s["idle_devices"]), s["plan"]))

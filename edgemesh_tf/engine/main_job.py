@@ -21,7 +21,7 @@ import time
 from typing import Callable
 
 from edgemesh_tf.engine import records
-from edgemesh_tf.engine.config import JobConfig, JobSettings, int_at_least, setting, validate
+from edgemesh_tf.engine.config import JobSettings, SyncConfig, int_at_least, setting, validate
 
 _MIB = 1 << 20
 
@@ -56,25 +56,64 @@ def _device_info(cluster, profile, result) -> dict:
     return info
 
 
-def job_config_of(job: MainJob, cluster, groups, **wiring) -> JobConfig:
-    """The JobConfig the main job trains with once it has planned `groups` on `cluster` (wiring:
-    device_info, profile_path)."""
-    from edgemesh_tf.engine.job import job_config
+def plan_summary(result, spec, cluster) -> dict:
+    """What the plan chose, for the summary: its kind and predicted examples/s, the best alternative
+    it beat (kind, examples/s), and per group which device computes how many units of each split
+    dim ({group: {dim: {device name: units}}})."""
+    names = {d.device_string: d.name for d in cluster.devices}
+    dims = spec.split_dims()
+    splits = {}
+    for i, g in enumerate(result.groups):
+        shares = g.layout.shares(dims)
+        if shares:
+            splits["group%d" % i] = {dim: {names.get(dev, dev): n for dev, n in by.items()} for dim, by in shares.items()}
+    others = [a for a in result.alternatives if a[0] != result.kind]
+    best = max(others, key=lambda a: a[1]) if others else None
+    return {"kind": result.kind, "predicted_examples_per_sec": round(result.examples_per_sec, 1),
+            "best_alternative": list(best) if best else None, "splits": splits}
 
-    return job_config(cluster, groups, job.settings, **wiring)
+
+def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: SyncConfig, **plan_options):
+    """Profiles every worker of reached ``servers`` for ``spec`` at ``batch`` and plans groups and
+    filter division for the commit rate of ``sync``'s strategy; writes ``<logdir>/profile.json`` and
+    ``<logdir>/plan.yaml``. Returns (profile, plan, profile path, plan path). plan_options: of
+    ``planner.plan`` (e.g. memory_fraction, groups)."""
+    from edgemesh_tf.engine import rules
+    from edgemesh_tf.planner import plan, write_plan
+    from edgemesh_tf.planner.calibrate import steps_to_time
+    from edgemesh_tf.profile.run import budgets, profile_servers
+    from edgemesh_tf.profile.types import save_profile
+
+    os.makedirs(logdir, exist_ok=True)
+    profile = profile_servers(cluster, spec, batch, servers, **steps_to_time(budgets(cluster), spec, batch))
+    profile_path = os.path.join(logdir, "profile.json")
+    save_profile(profile, profile_path)
+    # a group pushes and pulls once per commit: the planner amortises that over the strategy's iterations
+    result = plan(profile, spec, batch=batch, commit_interval=rules.commit_interval(sync), **plan_options)
+    plan_path = os.path.join(logdir, "plan.yaml")
+    write_plan(result, plan_path)
+    return profile, result, profile_path, plan_path
+
+
+def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, servers, emulate: bool,
+                  emit: Callable[[records.Record], None] = lambda rec: None, **wiring) -> dict:
+    """Hybrid training of the plan at ``plan_path`` on reached ``servers`` with ``settings``;
+    returns the chief's final record (``engine.job.run_job``). wiring: device_info, profile_path."""
+    from edgemesh_tf.engine.job import groups_of_plan, job_config, run_job
+    from edgemesh_tf.planner import load_plan
+
+    groups = groups_of_plan(cluster, load_plan(plan_path), plan_path, batch)
+    cfg = job_config(cluster, groups, settings, **wiring)
+    return run_job(cfg, cluster, emulate=emulate, emit=emit, testbed=servers.testbed)
 
 
 def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda rec: None) -> dict:
     """Runs the job (see the module docstring); returns the summary."""
     from edgemesh_tf.cluster.spec import load_cluster
     from edgemesh_tf.data import load_dataset
-    from edgemesh_tf.engine import rules
-    from edgemesh_tf.engine.job import groups_of_plan, reach_servers, run_job
+    from edgemesh_tf.engine.job import reach_servers
     from edgemesh_tf.models import load_model
-    from edgemesh_tf.planner import format_table, load_plan, plan, write_plan
-    from edgemesh_tf.planner.calibrate import steps_to_time
-    from edgemesh_tf.profile.run import budgets, profile_servers
-    from edgemesh_tf.profile.types import save_profile
+    from edgemesh_tf.planner import format_table
 
     s = job.settings
     cluster = load_cluster(job.cluster)
@@ -86,19 +125,12 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
         testbed = servers.summary
         emit(records.Testbed(**testbed))
         t0 = time.monotonic()
-        profile = profile_servers(cluster, spec, job.batch, servers, **steps_to_time(budgets(cluster), spec, job.batch))
-        profile_path = os.path.join(s.logdir, "profile.json")
-        save_profile(profile, profile_path)
-        # a group pushes and pulls once per commit: the planner amortises that over the strategy's iterations
-        result = plan(profile, spec, batch=job.batch, commit_interval=rules.commit_interval(s.sync))
-        plan_path = os.path.join(s.logdir, "plan.yaml")
-        write_plan(result, plan_path)
+        profile, result, profile_path, plan_path = profile_and_plan(cluster, spec, job.batch, servers, s.logdir,
+                                                                    s.sync)
         emit(records.Planned(profile_s=round(time.monotonic() - t0, 1), profile=profile_path, plan=plan_path,
                              table=format_table(result)))
-        groups = groups_of_plan(cluster, load_plan(plan_path), plan_path, job.batch)
-        cfg = job_config_of(job, cluster, groups, device_info=_device_info(cluster, profile, result),
-                            profile_path=profile_path)
-        final = run_job(cfg, cluster, emulate=job.emulate, emit=emit, testbed=servers.testbed)
+        final = train_planned(cluster, plan_path, job.batch, s, servers, job.emulate, emit,
+                              device_info=_device_info(cluster, profile, result), profile_path=profile_path)
     summary = {"cluster": job.cluster, "model": s.model, "dataset": s.dataset, "strategy": s.sync.strategy,
                "testbed": testbed, "setup_s": round(time.monotonic() - t_start - final["t"], 1),
                "train_s": final["t"], "accuracy": final["accuracy"], "target_accuracy": s.target_accuracy,
@@ -107,6 +139,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
                "examples_per_sec": round(sum(g["examples_per_sec"] for g in final["group_time"].values()), 1),
                "bytes_sent": final["bytes_sent"], "wait_s": final["wait_s"], "devices": final["devices"],
                "group_time": final["group_time"], "idle_devices": list(result.idle), "plan": plan_path,
+               "planned": plan_summary(result, spec, cluster),
                "profile": profile_path,
                "logdir": s.logdir, "tensorboard": "tensorboard --logdir %s" % os.path.join(s.logdir, "tb")}
     with open(os.path.join(s.logdir, "summary.json"), "w") as f:

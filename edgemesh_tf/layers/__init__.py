@@ -22,11 +22,11 @@ the module of this package that holds it (``KINDS``).
 from edgemesh_tf.layers.conv import conv2d, depthwise_conv2d
 from edgemesh_tf.layers.dense import dense, flatten
 from edgemesh_tf.layers.elementwise import ACTIVATIONS, activation, add, concat, relu
-from edgemesh_tf.layers.graph import INPUT, Layer, ModelFn, ModelSpec, Segment, Tensor, build_model
+from edgemesh_tf.layers.graph import INPUT, Layer, ModelFn, ModelSpec, Segment, Tensor, build_model, model_from_dict
 from edgemesh_tf.layers.kind import KINDS, LayerKind, Weight
 from edgemesh_tf.layers.norm import batch_norm, dropout
 from edgemesh_tf.layers.pool import avg_pool2d, global_avg_pool, max_pool2d
 
 __all__ = ["ACTIVATIONS", "INPUT", "KINDS", "Layer", "LayerKind", "ModelFn", "ModelSpec", "Segment", "Tensor",
            "Weight", "activation", "add", "avg_pool2d", "batch_norm", "build_model", "concat", "conv2d", "dense",
-           "depthwise_conv2d", "dropout", "flatten", "global_avg_pool", "max_pool2d", "relu"]
+           "depthwise_conv2d", "dropout", "flatten", "global_avg_pool", "max_pool2d", "model_from_dict", "relu"]

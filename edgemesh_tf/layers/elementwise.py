@@ -12,7 +12,7 @@ ACTIVATIONS = {
     "leaky_relu": lambda tf, x: tf.nn.leaky_relu(x, alpha=0.2),
     "elu": lambda tf, x: tf.nn.elu(x),
     "selu": lambda tf, x: tf.nn.selu(x),
-    "gelu": lambda tf, x: tf.nn.gelu(x),
+    "gelu": lambda tf, x: 0.5 * x * (1.0 + tf.math.erf(x / 1.4142135623730951)),  # tf.compat.v1.nn has no gelu
     "swish": lambda tf, x: tf.nn.silu(x),
     "silu": lambda tf, x: tf.nn.silu(x),
     "sigmoid": lambda tf, x: tf.sigmoid(x),

@@ -78,6 +78,9 @@ class ModelSpec:
     image_shape: tuple[int, int, int]
     num_classes: int
     layers: tuple[Layer, ...]
+    source: str = dataclasses.field(default="", compare=False)
+    """Where it was loaded from (a zoo name, a model file or a saved model JSON): the reference every
+    process of a job loads it by; empty for a model built in the caller's own code."""
 
     def __post_init__(self):
         object.__setattr__(self, "image_shape", tuple(int(v) for v in self.image_shape))
@@ -152,6 +155,30 @@ class ModelSpec:
                 chain.append(last)
             out.append(Segment(layer, tuple(chain)))
         return tuple(out)
+
+
+    # -- plain data --
+    def to_dict(self) -> dict:
+        """JSON-ready: {"name", "image_shape", "num_classes", "layers": [{"kind", "name", "inputs", "config"}]}."""
+        return {"name": self.name, "image_shape": list(self.image_shape), "num_classes": self.num_classes,
+                "layers": [{"kind": x.kind, "name": x.name, "inputs": list(x.inputs), "config": dict(x.config)}
+                           for x in self.layers]}
+
+
+def _frozen(v):
+    return tuple(_frozen(x) for x in v) if isinstance(v, list) else v
+
+
+def model_from_dict(d: dict, source: str = "") -> ModelSpec:
+    """The ``ModelSpec`` of ``ModelSpec.to_dict()``; errors name ``source`` and the field."""
+    try:
+        layers = tuple(Layer(x["kind"], x["name"], tuple(x["inputs"]),
+                             tuple(sorted((k, _frozen(v)) for k, v in x.get("config", {}).items())))
+                       for x in d["layers"])
+        return ModelSpec(d["name"], tuple(d["image_shape"]), int(d["num_classes"]), layers, source=source)
+    except (KeyError, TypeError) as e:
+        raise ValueError("%s: not a saved model (expected name, image_shape, num_classes and layers with kind, name, "
+                         "inputs, config): %s %s" % (source or "model", type(e).__name__, e)) from None
 
 
 # -- tracing -----------------------------------------------------------------------------------

@@ -129,6 +129,17 @@ class Layout:
                     self.split_sizes(tensor_dim, dims[tensor_dim])
         return self
 
+    def shares(self, dims: Mapping[str, int]) -> dict[str, dict[str, int]]:
+        """{split dim: {device: units it computes}} for the dims of ``dims`` ({name: size}) that this
+        layout splits: which device holds which part of each layer's filters or units."""
+        out = {}
+        for name, size in dims.items():
+            sizes = self.split_sizes(name, size) if name != "batch" else None
+            if sizes:
+                mesh_dim = self.rule_map[name]
+                out[name] = {self._device_at(mesh_dim, i): int(n) for i, n in enumerate(sizes)}
+        return out
+
     def _device_at(self, mesh_dim: str, coord: int) -> str:
         """The first device whose coordinate along ``mesh_dim`` is ``coord``."""
         names = [m for m, _ in self.mesh]

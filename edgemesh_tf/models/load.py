@@ -1,4 +1,6 @@
-"""A model from its reference: a zoo name (``vgg``) or a Python file that defines ``model``.
+"""A model from its reference: a zoo name (``vgg``), a Python file that defines ``model``, or a
+model saved as JSON (``save_model``: how a model built in a caller's own code reaches a job's
+processes).
 
 Every process of a job (chief, groups, a rejoined group, the profiler, the planner) builds its
 model with ``load_model(ref, image_shape, num_classes)`` from the same reference, so all of them
@@ -17,16 +19,25 @@ dataset's.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import json
 import os
 import sys
 
-from edgemesh_tf.layers import ModelSpec, build_model
+from edgemesh_tf.layers import ModelSpec, build_model, model_from_dict
 from edgemesh_tf.models.zoo import MODEL_NAMES, get_model
 
 
 def is_model_file(ref: str) -> bool:
-    return ref.endswith(".py")
+    return ref.endswith(".py") or ref.endswith(".json")
+
+
+def save_model(spec: ModelSpec, path: str) -> str:
+    """Writes ``spec`` as JSON to ``path``; returns the path, a reference ``load_model`` reads."""
+    with open(path, "w") as f:
+        json.dump(spec.to_dict(), f, indent=1)
+    return os.path.abspath(path)
 
 
 def check_model_ref(ref: str) -> str:
@@ -38,8 +49,8 @@ def check_model_ref(ref: str) -> str:
             raise ValueError("model file %s: no such file" % ref)
         return path
     if ref not in MODEL_NAMES:
-        raise ValueError("unknown model %r; expected one of %s or a path to a .py file that defines "
-                         "model(images, num_classes)" % (ref, list(MODEL_NAMES)))
+        raise ValueError("unknown model %r; expected one of %s, a path to a .py file that defines "
+                         "model(images, num_classes), or a saved model .json" % (ref, list(MODEL_NAMES)))
     return ref
 
 
@@ -63,7 +74,9 @@ def load_model(ref: str, image_shape: tuple[int, int, int], num_classes: int) ->
     file does not define ``model``, raises while building, or was written for other images."""
     ref = check_model_ref(ref)
     if not is_model_file(ref):
-        return get_model(ref, image_shape, num_classes)
+        return dataclasses.replace(get_model(ref, image_shape, num_classes), source=ref)
+    if ref.endswith(".json"):
+        return _saved(ref, image_shape, num_classes)
     module = _module(ref)
     fn = getattr(module, "model", None)
     if not callable(fn):
@@ -75,8 +88,20 @@ def load_model(ref: str, image_shape: tuple[int, int, int], num_classes: int) ->
                          "model was written for (--dataset) or change INPUT_SHAPE" % (ref, tuple(want), tuple(image_shape)))
     name = os.path.splitext(os.path.basename(ref))[0]
     try:
-        return build_model(fn, tuple(image_shape), num_classes, name=name)
+        return dataclasses.replace(build_model(fn, tuple(image_shape), num_classes, name=name), source=ref)
     except (ValueError, TypeError) as e:
         raise ValueError("model file %s: %s" % (ref, e)) from None
     except Exception as e:  # the user's code: report where, not a traceback
         raise ValueError("model file %s: building the model raised %s: %s" % (ref, type(e).__name__, e)) from None
+
+
+def _saved(path: str, image_shape, num_classes: int) -> ModelSpec:
+    try:
+        with open(path) as f:
+            spec = model_from_dict(json.load(f), source=path)
+    except json.JSONDecodeError as e:
+        raise ValueError("model file %s: not JSON (%s)" % (path, e)) from None
+    if spec.image_shape != tuple(image_shape) or spec.num_classes != num_classes:
+        raise ValueError("model file %s: saved for %s images and %d classes; the dataset has %s and %d"
+                         % (path, spec.image_shape, spec.num_classes, tuple(image_shape), num_classes))
+    return spec

@@ -1,6 +1,6 @@
 """Every flag of `edgemesh run` and `edgemesh train` changes the job that would run: each flag is set
 alone to a value other than its default, the job is built from the flags exactly as the command
-builds it (`hybrid.main_job_from_flags` + `main_job.job_config_of`, `train.hybrid_job_from_flags`,
+builds it (`hybrid.main_job_from_flags` + `job.job_config`, `train.hybrid_job_from_flags`,
 `train.single_layout_from_flags`; no TF server is started) and the value must be found where it
 acts, or the flag must be rejected with a message naming it in a mode that does not read it.
 
@@ -74,13 +74,12 @@ def _walk(mode, tmp):
     if mode == "run":
         from edgemesh_tf.cli import hybrid, run  # noqa: F401  (defines the flags)
         from edgemesh_tf.cluster.spec import load_cluster
-        from edgemesh_tf.engine.job import default_groups
-        from edgemesh_tf.engine.main_job import job_config_of
+        from edgemesh_tf.engine.job import default_groups, job_config
 
         def build():
             job = hybrid.main_job_from_flags()
             cluster = load_cluster(job.cluster)
-            cfg = job_config_of(job, cluster, default_groups(cluster, job.batch))
+            cfg = job_config(cluster, default_groups(cluster, job.batch), job.settings)
             return {"job": {"cluster": job.cluster, "batch": job.batch, "emulate": job.emulate},
                     "cfg": cfg.to_dict()}
         base = []
