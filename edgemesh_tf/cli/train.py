@@ -132,6 +132,7 @@ def main(argv):
         data = load_dataset(run.dataset, run.data_path)
         spec = load_model(run.model, data.image_shape, data.num_classes)
         try:
+            spec.check_splittable(dim for dim, _ in layout.rules)
             layout.validate(spec.dims(run.kwargs["batch_size"]))
         except ValueError as e:
             raise ValueError("%s: %s" % (run.layout, e)) from None

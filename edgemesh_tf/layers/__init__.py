@@ -15,11 +15,12 @@
 Every ``conv2d`` and ``dense`` names a split dim (its filters or units) that a layout may divide
 unevenly over a group's devices; per-channel layers (batch norm, activations, pooling, dropout,
 depthwise conv) run on those slices; a layer that needs whole inputs (the next conv or dense,
-flatten, add, concat) gathers them first. ``build_model`` records the layers as plain data
+flatten, add, concat) gathers them first. Plain mtf goes in through ``mtf_op`` (replicated). ``build_model`` records the layers as plain data
 (``ModelSpec``) that the profiler, planner and trainer read; each layer kind is defined once, in
 the module of this package that holds it (``KINDS``).
 """
 from edgemesh_tf.layers.conv import conv2d, depthwise_conv2d
+from edgemesh_tf.layers.custom import mtf_op
 from edgemesh_tf.layers.dense import dense, flatten
 from edgemesh_tf.layers.elementwise import ACTIVATIONS, activation, add, concat, relu
 from edgemesh_tf.layers.graph import INPUT, Layer, ModelFn, ModelSpec, Segment, Tensor, build_model, model_from_dict
@@ -29,4 +30,4 @@ from edgemesh_tf.layers.pool import avg_pool2d, global_avg_pool, max_pool2d
 
 __all__ = ["ACTIVATIONS", "INPUT", "KINDS", "Layer", "LayerKind", "ModelFn", "ModelSpec", "Segment", "Tensor",
            "Weight", "activation", "add", "avg_pool2d", "batch_norm", "build_model", "concat", "conv2d", "dense",
-           "depthwise_conv2d", "dropout", "flatten", "global_avg_pool", "max_pool2d", "model_from_dict", "relu"]
+           "depthwise_conv2d", "dropout", "flatten", "global_avg_pool", "max_pool2d", "model_from_dict", "mtf_op", "relu"]

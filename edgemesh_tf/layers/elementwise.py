@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from edgemesh_tf.layers.graph import Tensor, add_layer
-from edgemesh_tf.layers.kind import LayerKind, Shape, register
+from edgemesh_tf.layers.kind import LayerKind, Shape, elementwise_flops, register
 
 ACTIVATIONS = {
     "relu": lambda tf, x: tf.nn.relu(x),
@@ -45,6 +45,7 @@ def apply_mtf(ctx, name: str | None, x, label: str):
 
 class Activation(LayerKind):
     kind, follows = "activation", True
+    flops = staticmethod(elementwise_flops)
 
     def output_shape(self, layer, in_shapes: Sequence[Shape]) -> Shape:
         check_activation(layer.get("fn"))
@@ -59,6 +60,7 @@ class Activation(LayerKind):
 
 class Add(LayerKind):
     kind = "add"
+    flops = staticmethod(elementwise_flops)
 
     def output_shape(self, layer, in_shapes):
         if len(in_shapes) < 2 or any(s != in_shapes[0] for s in in_shapes):
@@ -78,6 +80,9 @@ class Add(LayerKind):
 
 class Concat(LayerKind):
     kind = "concat"
+
+    def flops(self, layer, in_shapes):
+        return 0  # a copy
 
     def output_shape(self, layer, in_shapes):
         if len(in_shapes) < 2 or any(s[:-1] != in_shapes[0][:-1] for s in in_shapes):

@@ -103,6 +103,7 @@ class ModelSpec:
                 shapes[layer.name] = tuple(KINDS[layer.kind].output_shape(layer, [shapes[i] for i in layer.inputs]))
             except ValueError as e:
                 raise ValueError("%s (%s): %s" % (where, layer.kind, e)) from None
+            KINDS[layer.kind].flops(layer, [shapes[i] for i in layer.inputs])  # NoCost names the layer
             if any(s < 1 for s in shapes[layer.name]):
                 raise ValueError("%s (%s): output shape %s has an empty axis; the input %s is too small for it"
                                  % (where, layer.kind, shapes[layer.name], [shapes[i] for i in layer.inputs]))
@@ -140,6 +141,20 @@ class ModelSpec:
     def dims(self, batch_size: int) -> dict[str, int]:
         return {"batch": batch_size, **self.split_dims()}
 
+    def check_splittable(self, dims) -> None:
+        """Raises ValueError when one of ``dims`` (names a layout splits) is a layer of this model
+        without a split dim of its own, naming the layer, its kind and the dims that can be split."""
+        split = self.split_dims()
+        for dim in dims:
+            if dim in split or dim == "batch":
+                continue
+            for layer in self.layers:
+                if layer.name == dim:
+                    how = ("runs on the slices of the dim it follows" if KINDS[layer.kind].follows
+                           else "needs whole inputs and runs replicated")
+                    raise ValueError("layout: cannot split %r: layer %r (%s) has no split dim of its own (it %s); "
+                                     "the model's split dims are %s" % (dim, dim, layer.kind, how, sorted(split)))
+
     def segments(self) -> tuple[Segment, ...]:
         """One ``Segment`` per split dim, in layer order."""
         out = []
@@ -159,7 +174,12 @@ class ModelSpec:
 
     # -- plain data --
     def to_dict(self) -> dict:
-        """JSON-ready: {"name", "image_shape", "num_classes", "layers": [{"kind", "name", "inputs", "config"}]}."""
+        """JSON-ready: {"name", "image_shape", "num_classes", "layers": [{"kind", "name", "inputs", "config"}]}.
+        Raises ValueError for a layer whose settings are functions (``mtf_op``)."""
+        for x in self.layers:
+            if any(callable(v) for _, v in x.config):
+                raise ValueError("model %r: layer %r (%s) holds Python functions, which cannot be saved; define the "
+                                 "model in a model file and pass its path" % (self.name, x.name, x.kind))
         return {"name": self.name, "image_shape": list(self.image_shape), "num_classes": self.num_classes,
                 "layers": [{"kind": x.kind, "name": x.name, "inputs": list(x.inputs), "config": dict(x.config)}
                            for x in self.layers]}

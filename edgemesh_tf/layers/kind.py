@@ -66,8 +66,10 @@ class LayerKind:
         return ()
 
     def flops(self, layer, in_shapes: Sequence[Shape]) -> int:
-        """Forward FLOPs per example (2 per multiply-add; 1 per element for cheap element-wise work)."""
-        return math.prod(self.output_shape(layer, in_shapes))
+        """Forward FLOPs per example (2 per multiply-add; 1 per element for cheap element-wise work).
+        Every kind must say: the planner prices a model by it (``NoCost`` otherwise)."""
+        raise NoCost("layer %r: its kind %r defines no cost (flops); the planner cannot price it"
+                     % (layer.name, self.kind))
 
     def tf_forward(self, tf, layer, xs: list, w: dict, ctx) -> Any:
         """The layer in plain TF: ``xs`` [batch, ...] tensors, ``w`` {weight name: tensor} (a split
@@ -79,6 +81,15 @@ class LayerKind:
         """The layer in mtf: ``xs`` mtf tensors [batch, ..., channels]; ``ctx`` (models/mesh_model.py)
         gathers split inputs, makes variables and records state updates."""
         raise NotImplementedError
+
+
+class NoCost(ValueError):
+    """A layer kind without a cost: the planner cannot price a model that holds it."""
+
+
+def elementwise_flops(layer, in_shapes: Sequence[Shape]) -> int:
+    """One FLOP per input element: activations, sums, pooling's cheap cousins."""
+    return sum(math.prod(s) for s in in_shapes)
 
 
 KINDS: dict[str, LayerKind] = {}

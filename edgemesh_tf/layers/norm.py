@@ -1,6 +1,8 @@
 """Batch normalisation and dropout: per channel, they run on split channels and keep the split."""
 from __future__ import annotations
 
+import math
+
 from edgemesh_tf.layers.graph import Tensor, add_layer
 from edgemesh_tf.layers.kind import LayerKind, Weight, register
 
@@ -27,8 +29,7 @@ class BatchNorm(LayerKind):
                 Weight("moving_mean", c, "zeros", trainable=False), Weight("moving_variance", c, "ones", trainable=False))
 
     def flops(self, layer, in_shapes):
-        from math import prod
-        return 4 * prod(in_shapes[0])
+        return 4 * math.prod(in_shapes[0])
 
     def tf_forward(self, tf, layer, xs, w, ctx):
         x, eps, m = xs[0], layer.get("epsilon"), layer.get("momentum")
@@ -60,6 +61,9 @@ class Dropout(LayerKind):
     1/(1 − rate); the identity at evaluation."""
 
     kind, follows, has_modes = "dropout", True, True
+
+    def flops(self, layer, in_shapes):
+        return 2 * sum(math.prod(s) for s in in_shapes)
 
     def output_shape(self, layer, in_shapes):
         if not 0.0 <= layer.get("rate") < 1.0:

@@ -66,6 +66,7 @@ def _reads_of(var, step_ops: set) -> list:
 MASTER_PLACEMENTS = ("spread", "first")
 
 
+
 def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learning_rate: float = 0.05,
                       momentum: float = 0.9, seed: int = 0, master_device: str | None = None,
                       mesh_impl=None, container: str = "", weight_decay: float = 0.0,
@@ -86,6 +87,7 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
       ValueError: the layout does not fit the model (names the dim/device and the expected value).
     """
     if mesh_impl is None:
+        spec.check_splittable(dim for dim, _ in layout.rules)
         layout.validate(spec.dims(batch_size))
     graph = tf.Graph()
     with graph.as_default(), tf.container(container):
