@@ -32,10 +32,17 @@ def test_vgg_m_size_and_push_time():
 def test_width_multiplies_hidden_layers_only():
     base, wide = get_model("vgg", SHAPE, 10), get_model("vgg", SHAPE, 10, width=1.25)
     assert get_model("vgg_m", SHAPE, 10).layers == wide.layers
-    for a, b in zip(base.layers[:-1], wide.layers[:-1]):
-        assert b.units == round(a.units * 1.25) and (a.kind, a.name, a.pool) == (b.kind, b.name, b.pool)
-    assert wide.layers[-1].units == 10  # the logits keep num_classes
-    assert get_model("resnet", SHAPE, 10, width=0.5).layers[0].units == 16
+    a_dims, b_dims = base.split_dims(), wide.split_dims()
+    assert list(a_dims) == list(b_dims) and list(a_dims)[-1] == "logits"
+    for name in list(a_dims)[:-1]:
+        assert b_dims[name] == round(a_dims[name] * 1.25), name
+
+    def same_but_width(x):
+        return x.kind, x.name, x.inputs, [kv for kv in x.config if kv[0] not in ("filters", "units")]
+    # the same layers (pools included), only the widths differ
+    assert [same_but_width(x) for x in base.layers] == [same_but_width(x) for x in wide.layers]
+    assert b_dims["logits"] == 10  # the logits keep num_classes
+    assert list(get_model("resnet", SHAPE, 10, width=0.5).split_dims().items())[0] == ("stem", 16)
     with pytest.raises(ValueError, match="width must be"):
         get_model("vgg", SHAPE, 10, width=0)
     with pytest.raises(ValueError, match="unknown model 'vgg_xl'"):

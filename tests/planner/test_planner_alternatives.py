@@ -5,8 +5,8 @@ import random
 
 import pytest
 from planner_util import device, exhaustive_best, flops_device, plan_random_cluster, profile
+from specs import sequential
 
-from edgemesh_tf.models.spec import LayerSpec, ModelSpec
 from edgemesh_tf.models.zoo import get_model
 from edgemesh_tf.planner import PlanError, divide, model_stats, plan
 from edgemesh_tf.planner.alternatives import singles, sync_data_parallel
@@ -107,10 +107,10 @@ def test_staleness_charge_in_the_objective():
 
 # Brute force: every integer division (and replication) of every layer, over every fastest-m subset.
 def _tiny(rng, n_layers, units):
-    layers = [LayerSpec("conv", "conv1", rng.choice(units), pool=True),
-              LayerSpec("conv", "conv2", rng.choice(units), pool=rng.random() < 0.5),
-              LayerSpec("dense", "fc1", rng.choice(units)), LayerSpec("dense", "fc2", rng.choice(units))]
-    return ModelSpec("tiny", (8, 8, 1), 4, tuple(layers[:n_layers]))
+    layers = [("conv", "conv1", rng.choice(units), True),
+              ("conv", "conv2", rng.choice(units), rng.random() < 0.5),
+              ("dense", "fc1", rng.choice(units)), ("dense", "fc2", rng.choice(units))]
+    return sequential("tiny", (8, 8, 1), 4, layers[:n_layers])
 
 
 def _instance(seed, k, n_layers, tight):

@@ -28,12 +28,12 @@ def test_allreduce_paths():
 
 def test_simulated_step_by_hand():
     from planner_util import device
+    from specs import sequential
 
-    from edgemesh_tf.models.spec import LayerSpec, ModelSpec
     from edgemesh_tf.planner import model_stats
     from edgemesh_tf.planner.simulate import simulate_step_ms
 
-    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 4), LayerSpec("dense", "out", 4, relu=False)))
+    spec = sequential("m", (8, 8, 1), 4, [("dense", "fc", 4), ("dense", "out", 4, False)])
     stats = model_stats(spec, batch=10)
     a = device("a", {"fc": 40.0, "out": 2.0}, bw=8.0, lat=1.0, overhead=3.0, task=0)   # 1000 bytes/ms
     b = device("b", {"fc": 80.0, "out": 4.0}, bw=16.0, lat=2.0, overhead=5.0, task=1)  # 2000 bytes/ms
@@ -52,12 +52,12 @@ def test_simulated_step_by_hand():
 
 def test_simulated_gather_waits_for_the_large_share_owners_uplink():
     from planner_util import device
+    from specs import sequential
 
-    from edgemesh_tf.models.spec import LayerSpec, ModelSpec
     from edgemesh_tf.planner import model_stats
     from edgemesh_tf.planner.simulate import simulate_step_ms
 
-    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 8), LayerSpec("dense", "out", 4, relu=False)))
+    spec = sequential("m", (8, 8, 1), 4, [("dense", "fc", 8), ("dense", "out", 4, False)])
     stats = model_stats(spec, batch=10)
     devs = [device("d%d" % i, {"fc": 0.0, "out": 0.0}, bw=8.0, lat=0.0, overhead=0.0, task=i) for i in range(3)]
     # the input batch (2.56 ms), then d1 and d2 receive 7 units (0.28 ms) but d0 sends its 6 units to

@@ -4,8 +4,10 @@ import sys
 
 import pytest
 from planner_util import device
+from specs import sequential
 
-from edgemesh_tf.models.spec import LayerSpec, ModelSpec
+from edgemesh_tf import layers as L
+from edgemesh_tf.layers import model_from_dict
 from edgemesh_tf.models.zoo import get_model
 from edgemesh_tf.planner import model_stats, predict
 from edgemesh_tf.planner import cost, memory
@@ -18,7 +20,7 @@ def test_vgg_sizes():
     conv1 = by["conv1"]
     assert (conv1.params_per_unit, conv1.in_bytes, conv1.out_bytes) == (9 * 3 + 1, 0, 4 * 32 * 32 * 32)
     assert by["conv2"].out_bytes == 4 * 16 * 16 * 32 and by["conv2"].in_bytes == 4 * 32 * 32 * 32  # pooled
-    assert by["conv2"].flops == 2 * 9 * 32 * 32 * 32 * 32
+    assert by["conv2"].flops == 2 * 9 * 32 * 32 * 32 * 32 + 4 * 16 * 16 * 32  # the conv + its 2x2 max-pool
     assert by["fc1"].in_bytes == 4 * 4 * 4 * 128 and by["fc1"].params_per_unit == 4 * 4 * 128 + 1  # flattened
     assert by["logits"].params_per_unit == 257 and by["logits"].out_bytes == 40
     assert stats.param_bytes == 4 * sum(d.params_per_unit * d.units for d in stats.dims)
@@ -30,14 +32,29 @@ def test_res_block_has_two_dims():
     names = [d.name for d in stats.dims]
     assert names[:3] == ["stem", "res1a", "res1b"]
     assert stats.dim("res1b").params_per_unit == 9 * 32 + 1 and stats.dim("res1b").in_bytes == 4 * 8 * 8 * 32
-    with pytest.raises(ValueError, match="res block 'r': input has 1 channels, block has 8"):
-        model_stats(ModelSpec("bad", (8, 8, 1), 2, (LayerSpec("res", "r", 8),)), 4)
+    # A residual add of tensors of different shapes (1 input channel, 8 filters) is refused, naming the layer:
+    # when the model function is traced ...
+    def bad(x, classes):
+        h = L.conv2d(x, "ra", 8, activation="relu")
+        x = L.add([x, h], name="r_add")
+        return L.dense(L.flatten(x), "logits", classes)
+
+    with pytest.raises(ValueError, match=r"layer 'r_add' \(add\): needs two or more inputs of one shape, "
+                                         r"got \[\(8, 8, 1\), \(8, 8, 8\)\]"):
+        L.build_model(bad, (8, 8, 1), 2, name="bad")
+    # ... and when a saved model holding one is loaded (the old res block of 8 units on a 1-channel image):
+    # a res block made for 8-channel inputs, its image changed to 1 channel; its convs keep 8 filters
+    saved = sequential("bad", (8, 8, 8), 2, [("res", "r"), ("dense", "logits", 2, False)]).to_dict()
+    saved["image_shape"] = [8, 8, 1]
+    with pytest.raises(ValueError, match=r"model 'bad', layer 'r_add' \(add\): needs two or more inputs of one "
+                                         r"shape, got \[\(8, 8, 1\), \(8, 8, 8\)\]"):
+        model_stats(model_from_dict(saved), 4)
 
 
 def test_step_memory_and_sync_by_hand(monkeypatch):
     monkeypatch.setattr(cost, "MEMORY", memory.COUNTED)  # the plain count, by hand below (the shipped fit differs)
     # Two dense layers of 4 units; fc flattens the 8x8x1 image (64 features); 4 output bytes per unit.
-    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 4), LayerSpec("dense", "out", 4, relu=False)))
+    spec = sequential("m", (8, 8, 1), 4, [("dense", "fc", 4), ("dense", "out", 4, False)])
     stats = model_stats(spec, batch=10)
     a = device("a", {"fc": 40.0, "out": 2.0}, bw=8.0, lat=1.0, overhead=3.0, task=0)   # 8 Mbit/s = 1000 bytes/ms
     b = device("b", {"fc": 80.0, "out": 4.0}, bw=16.0, lat=2.0, overhead=5.0, task=1)  # 2000 bytes/ms
@@ -66,7 +83,7 @@ def test_step_memory_and_sync_by_hand(monkeypatch):
 
 
 def test_allreduce_of_input_gradient():
-    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 4), LayerSpec("dense", "out", 4, relu=False)))
+    spec = sequential("m", (8, 8, 1), 4, [("dense", "fc", 4), ("dense", "out", 4, False)])
     stats = model_stats(spec, batch=10)
     devs = [device("d%d" % i, {"fc": 1.0, "out": 1.0}, bw=8.0, lat=1.0, overhead=0.0, task=i) for i in range(2)]
     out = predict(devs, stats, {"out": (2, 2)}).layers[1]
@@ -79,7 +96,7 @@ def test_allreduce_of_input_gradient():
 def test_gather_and_reduce_scatter_charge_the_owners_uplink():
     """Three devices: a large share's owner sends it to both peers (its uplink is the gather's
     bottleneck); the reduce-scatter to uneven shares: the owner receives two partial sums of it."""
-    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 8), LayerSpec("dense", "out", 4, relu=False)))
+    spec = sequential("m", (8, 8, 1), 4, [("dense", "fc", 8), ("dense", "out", 4, False)])
     stats = model_stats(spec, batch=10)
     devs = [device("d%d" % i, {"fc": 1.0, "out": 1.0}, bw=8.0, lat=1.0, overhead=0.0, task=i) for i in range(3)]
     fc, out = predict(devs, stats, {"fc": (6, 1, 1), "out": (2, 1, 1)}).layers
@@ -95,7 +112,7 @@ def test_gather_and_reduce_scatter_charge_the_owners_uplink():
 
 
 def test_bad_assignment_and_profile_are_named():
-    spec = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 4),))
+    spec = sequential("m", (8, 8, 1), 4, [("dense", "fc", 4)])
     stats = model_stats(spec, batch=2)
     devs = [device("d%d" % i, {"fc": 1.0}, task=i) for i in range(2)]
     with pytest.raises(ValueError, match=r"shares of 'fc' must be 2 positive integers adding up to 4, got \[3, 0\]"):

@@ -3,12 +3,12 @@ import dataclasses
 
 import pytest
 from planner_util import device
+from specs import sequential
 
-from edgemesh_tf.models.spec import LayerSpec, ModelSpec
 from edgemesh_tf.planner import divide, media, model_stats, predict
 from edgemesh_tf.planner.simulate import queue_end, simulate_step_ms
 
-SPEC = ModelSpec("m", (8, 8, 1), 4, (LayerSpec("dense", "fc", 8), LayerSpec("dense", "out", 4, relu=False)))
+SPEC = sequential("m", (8, 8, 1), 4, [("dense", "fc", 8), ("dense", "out", 4, False)])
 
 
 def _on(d, medium="wifi", mbit=8.0):
@@ -58,8 +58,7 @@ def test_the_simulated_gather_waits_for_the_medium_queue():
 
 
 def test_a_slow_shared_medium_makes_the_planner_keep_layers_whole():
-    spec = ModelSpec("c", (16, 16, 1), 10, (LayerSpec("conv", "conv1", 64, pool=True),
-                                            LayerSpec("conv", "conv2", 64, pool=True)))
+    spec = sequential("c", (16, 16, 1), 10, [("conv", "conv1", 64, True), ("conv", "conv2", 64, True)])
     stats = model_stats(spec, batch=16)
     wired = [device("d%d" % i, {"conv1": 40.0, "conv2": 40.0}, bw=1000.0, lat=0.1, overhead=0.2, task=i)
              for i in range(2)]

@@ -4,8 +4,8 @@ import random
 
 import pytest
 from planner_util import compositions, device, exhaustive_best
+from specs import sequential
 
-from edgemesh_tf.models.spec import LayerSpec, ModelSpec
 from edgemesh_tf.planner import PlanError, divide, model_stats, predict
 from edgemesh_tf.planner.cost import layer_coeffs
 from edgemesh_tf.planner.division import quantum, solve_layer
@@ -15,12 +15,12 @@ CASES = [(2, 8, 3), (3, 8, 2), (4, 6, 3), (3, 6, 3), (2, 4, 1), (4, 8, 2)]
 
 
 def _spec(rng, n_layers, chunks):
-    layers = [LayerSpec("conv", "conv1", chunks * rng.choice([1, 2, 4]), pool=True)]
+    layers = [("conv", "conv1", chunks * rng.choice([1, 2, 4]), True)]
     if n_layers >= 2:
-        layers.append(LayerSpec("conv", "conv2", chunks * rng.choice([1, 2, 3]), pool=rng.random() < 0.5))
+        layers.append(("conv", "conv2", chunks * rng.choice([1, 2, 3]), rng.random() < 0.5))
     if n_layers >= 3:
-        layers.append(LayerSpec("dense", "fc1", chunks * rng.choice([2, 4])))
-    return ModelSpec("tiny", (8, 8, 1), 4, tuple(layers))
+        layers.append(("dense", "fc1", chunks * rng.choice([2, 4])))
+    return sequential("tiny", (8, 8, 1), 4, layers)
 
 
 def _group(rng, stats, k, split_overhead=False):
@@ -48,7 +48,7 @@ def test_division_matches_exhaustive_search(seed, split_overhead):
 def test_layer_solver_exact_at_finer_granularity():
     """One layer, 3 devices, 24 quanta (253 share vectors), many random cost mixes."""
     rng = random.Random(7)
-    stats = model_stats(ModelSpec("one", (8, 8, 1), 4, (LayerSpec("conv", "conv1", 24, pool=True),)), batch=16)
+    stats = model_stats(sequential("one", (8, 8, 1), 4, [("conv", "conv1", 24, True)]), batch=16)
     dim = stats.dims[0]
     for i in range(80):
         group = _group(rng, stats, 3, split_overhead=i % 2 == 1)

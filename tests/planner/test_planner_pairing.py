@@ -1,7 +1,7 @@
 """Pairing consecutive layers would save at most a few % of a split group's bytes on the zoo's VGGs."""
 import pytest
+from specs import sequential
 
-from edgemesh_tf.models.spec import LayerSpec, ModelSpec
 from edgemesh_tf.models.zoo import get_model
 from edgemesh_tf.planner import model_stats
 from edgemesh_tf.planner.pairing import best_pairing, unpaired_bytes
@@ -17,8 +17,8 @@ def test_pairing_saves_little_on_the_zoos_vggs(name, image, most):
 
 def test_pairing_pays_where_a_wide_layer_feeds_a_narrow_one():
     """Megatron's case: the wide hidden layer's output stays split, only the narrow output is summed."""
-    spec = ModelSpec("mlp", (4, 4, 1), 10, (LayerSpec("dense", "wide", 1024), LayerSpec("dense", "narrow", 16),
-                                             LayerSpec("dense", "logits", 10, relu=False)))
+    spec = sequential("mlp", (4, 4, 1), 10, [("dense", "wide", 1024), ("dense", "narrow", 16),
+                                             ("dense", "logits", 10, False)])
     dims = model_stats(spec, 1).dims
     paired, pairs = best_pairing(dims)
     assert pairs == (("wide", "narrow"),)
