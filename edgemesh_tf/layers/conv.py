@@ -65,6 +65,16 @@ class Conv2D(LayerKind):
         return elementwise.apply_mtf(ctx, layer.get("activation"), y, layer.name + "_act")
 
 
+def _depthwise(tf, x, kernel, strides, pad, dilations):
+    """A depthwise convolution of x [..., C] with kernel [kh, kw, C]. On one channel (a device's
+    slice of an uneven split can hold one) it is the same convolution done by ``conv2d``: oneDNN's
+    depthwise kernel aborts there ("could not create a primitive descriptor for the reorder
+    primitive") on a 1x1 kernel when x comes from another oneDNN op (TF 2.21)."""
+    if x.shape[-1] == 1:
+        return tf.nn.conv2d(x, kernel[..., None], strides, pad, dilations=dilations)
+    return tf.nn.depthwise_conv2d(x, kernel[..., None], strides, pad, dilations=dilations[1:3])
+
+
 class DepthwiseConv2D(LayerKind):
     kind, follows = "depthwise_conv2d", True
 
@@ -84,7 +94,7 @@ class DepthwiseConv2D(LayerKind):
 
     def tf_forward(self, tf, layer, xs, w, ctx):
         _, _, strides, dilations, pad, _ = _geometry(layer, xs[0].shape.as_list()[1:], "depthwise_conv2d")
-        y = tf.nn.depthwise_conv2d(xs[0], w["kernel"][..., None], strides, pad, dilations=dilations[1:3])
+        y = _depthwise(tf, xs[0], w["kernel"], strides, pad, dilations)
         if "bias" in w:
             y = y + w["bias"]
         return elementwise.apply_tf(tf, layer.get("activation"), y)
@@ -97,8 +107,7 @@ class DepthwiseConv2D(LayerKind):
         weights = {wt.name: wt for wt in self.weights(layer, [in_shape])}
         kernel = ctx.variable(layer, weights["kernel"], [mtf.Dimension("fh", kh), mtf.Dimension("fw", kw), channels])
         shape = x.shape.dims[:-3] + [mtf.Dimension("h", oh), mtf.Dimension("w", ow), channels]
-        y = ctx.slice_op(lambda t, k: tf.nn.depthwise_conv2d(
-            t, k[..., None], strides, pad, dilations=dilations[1:3]), [x, kernel], shape, layer.name)
+        y = ctx.slice_op(lambda t, k: _depthwise(tf, t, k, strides, pad, dilations), [x, kernel], shape, layer.name)
         if "bias" in weights:
             y = y + ctx.variable(layer, weights["bias"], [channels])
         return elementwise.apply_mtf(ctx, layer.get("activation"), y, layer.name + "_act")
