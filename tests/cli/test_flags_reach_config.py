@@ -51,7 +51,7 @@ def _profile(path):
 def _other_value(flag, tmp):
     """(command-line text, parsed value) of a value other than the flag's default."""
     files = {"cluster": "layouts/edge2.yaml", "layout": os.path.join(tmp, "plan.yaml"),
-             "profile": os.path.join(tmp, "profile.json")}
+             "profile": os.path.join(tmp, "profile.json"), "model": os.path.join(ROOT, "examples", "my_cnn.py")}
     kind, d = flag.parser.flag_type(), flag.default
     if flag.name in files:
         v = files[flag.name]

@@ -1,0 +1,96 @@
+"""A user's own model on the emulated cluster against the same network in plain TF on one device.
+
+    python bench/own_model.py --model examples/lenet_bn.py --dataset digits32 [--seeds 0,1,2] [--epochs 30]
+
+1. Plain TF, one device, per seed: the model file's network built by ``models/plain_tf.py`` (the same
+   layers and initial weights), SGD with momentum 0.9 at learning rate 0.02, batch 32, ``--epochs``
+   passes over the training set, batch norm's running statistics at evaluation; the held-out accuracy.
+2. edgemesh, per seed: ``edgemesh_tf.run`` on ``--cluster`` (profile, plan, ASHL) with the target
+   accuracy the plain-TF median less one point and a ``--time_budget_s`` budget.
+Prints one JSON object (also written to bench/results/own_model.json): each run's accuracy, the
+plain-TF median, whether each edgemesh run reached the target, what the plan split.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def plain_tf_accuracy(model: str, dataset: str, seed: int, epochs: int, batch: int = 32, lr: float = 0.02) -> float:
+    from edgemesh_tf.data import batches, load_dataset, padded_batches
+    from edgemesh_tf.mesh.compat import tf
+    from edgemesh_tf.models import load_model
+    from edgemesh_tf.models.plain_tf import PlainModel
+
+    data = load_dataset(dataset)
+    spec = load_model(model, data.image_shape, data.num_classes)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.set_random_seed(seed)
+        x = tf.placeholder(tf.float32, [None, *spec.image_shape])
+        y = tf.placeholder(tf.int32, [None])
+        net = PlainModel(spec, seed)
+        loss = net.loss(x, y)
+        with tf.control_dependencies(net.updates):  # batch norm's running statistics
+            step = tf.train.MomentumOptimizer(lr, 0.9).minimize(loss)
+        logits = net.logits(x, training=False)
+        init = tf.global_variables_initializer()
+    with tf.Session(graph=graph) as sess:
+        sess.run(init)
+        stream = batches(data.train_x, data.train_y, batch, seed)
+        for _ in range(epochs * max(1, len(data.train_x) // batch)):
+            xb, yb = next(stream)
+            sess.run(step, {x: xb, y: yb})
+        correct = 0
+        for xb, yb, n in padded_batches(data.test_x, data.test_y, batch):
+            correct += int(np.sum(np.argmax(sess.run(logits, {x: xb})[:n], axis=1) == yb[:n]))
+    return correct / len(data.test_x)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--dataset", default="digits32")
+    p.add_argument("--cluster", default="layouts/pi4.yaml")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--time_budget_s", type=float, default=240)
+    p.add_argument("--out", default=os.path.join(HERE, "results", "own_model.json"))
+    args = p.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+
+    import edgemesh_tf as em
+
+    t0 = time.monotonic()
+    plain = {s: round(plain_tf_accuracy(args.model, args.dataset, s, args.epochs), 4) for s in seeds}
+    reference = statistics.median(plain.values())
+    target = round(reference - 0.01, 4)
+    runs = {}
+    for s in seeds:
+        summary = em.run(args.cluster, args.model, dataset=args.dataset, seed=s, target_accuracy=target,
+                         time_budget_s=args.time_budget_s, emit=lambda rec: None,
+                         logdir=os.path.join("runs", "own_model-%d-%s" % (s, time.strftime("%H%M%S"))))
+        runs[s] = {"accuracy": summary["accuracy"], "reached": summary["time_to_target_s"] is not None,
+                   "time_to_target_s": summary["time_to_target_s"], "setup_s": summary["setup_s"],
+                   "planned": summary["planned"], "logdir": summary["logdir"]}
+    out = {"model": args.model, "dataset": args.dataset, "cluster": args.cluster, "epochs": args.epochs,
+           "plain_tf_one_device": plain, "plain_tf_median": reference, "target": target, "edgemesh": runs,
+           "edgemesh_median": statistics.median(r["accuracy"] for r in runs.values()),
+           "all_reached": all(r["reached"] for r in runs.values()),
+           "any_split": any(r["planned"]["splits"] for r in runs.values()),
+           "seconds": round(time.monotonic() - t0, 1)}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(json.dumps(out))
+    return 0 if out["all_reached"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
