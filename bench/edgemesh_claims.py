@@ -72,8 +72,8 @@ from edgemesh_tf.models import get_model  # noqa: E402
 from edgemesh_tf.planner import PlanError, model_stats, plan, predict  # noqa: E402
 from edgemesh_tf.planner.grid import GroupPlan, staleness_charge  # noqa: E402
 from edgemesh_tf.planner.calibrate import calibrated, steps_to_time  # noqa: E402
-from edgemesh_tf.profile.run import budgets, profile_servers  # noqa: E402
-from edgemesh_tf.profile.step_timer import LayoutRunner, PeakWatch, measure_side_by_side  # noqa: E402
+from edgemesh_tf.profiling.run import budgets, profile_servers  # noqa: E402
+from edgemesh_tf.profiling.step_timer import LayoutRunner, PeakWatch, measure_side_by_side  # noqa: E402
 
 PAPER = {"delay_reduction_x": 3.2, "memory_change": -0.43}
 

@@ -10,7 +10,7 @@ point. Ten steps, not three: a server's peak creeps up over its first steps as f
 fragment its heap, and levels off by about the tenth (VGG-16 split two ways: a plain step 298 and
 265 MiB after 3 steps, 316 and 329 after 10, 321 and 329 after 12; an engine replica 398 and 416
 after 3 rounds, 458 and 465 after 10, 460 and 465 after 12). A long run lives at the level. The
-split's whole (master) tensors are spread over its devices (train/graph.py's default).
+split's whole (master) tensors are spread over its devices (training/graph.py's default).
 Every point is measured at each SIMD width of --simd_bits (cluster/simd.py: oneDNN at 128 bits, as
 the Pi-class devices of layouts/pi4.yaml compute, picks other kernels and their scratch: VGG-16's
 peaks at batch 32 are 2-9% higher there), and one fit covers them all.
@@ -70,7 +70,7 @@ def measure(spec, batch: int, ways: int, steps: int, simd_bits: int) -> tuple[li
     peak bytes of the server hosting the session). The session is hosted apart (a "chief" server,
     which also holds the input placeholders), as the benchmarks do: a session's master costs its
     host 50-130 MiB (the graph, its optimisation and partitions), which would hide the devices' own."""
-    from edgemesh_tf.profile.step_timer import measure_memory
+    from edgemesh_tf.profiling.step_timer import measure_memory
     cluster = _testbed(ways, simd_bits)
     names = [d.name for d in cluster.workers]
     stats = model_stats(spec, batch)
@@ -86,7 +86,7 @@ def measure_replica(spec, batch: int, ways: int, rounds: int, simd_bits: int) ->
     pull, a local iteration, a dense push, `rounds` times) of `spec` split evenly over `ways`, its
     session hosted apart on the chief as in `measure`."""
     from edgemesh_tf.engine.round_timer import RoundRunner
-    from edgemesh_tf.profile.step_timer import PeakWatch
+    from edgemesh_tf.profiling.step_timer import PeakWatch
     cluster = _testbed(ways, simd_bits)
     names = [d.name for d in cluster.workers]
     stats = model_stats(spec, batch)

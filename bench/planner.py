@@ -43,9 +43,9 @@ from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan, predict
 from edgemesh_tf.planner.calibrate import calibrated, slowness, steps_to_time
-from edgemesh_tf.profile.run import budgets, profile_workers
-from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
-from edgemesh_tf.profile.step_timer import LayoutRunner, measure_memory, measure_side_by_side
+from edgemesh_tf.profiling.run import budgets, profile_workers
+from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
+from edgemesh_tf.profiling.step_timer import LayoutRunner, measure_memory, measure_side_by_side
 
 
 def planning_scale(sizes=(16, 64, 256), seed=0):

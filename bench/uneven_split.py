@@ -27,8 +27,8 @@ from edgemesh_tf.mesh.compat import mtf, placement_mesh_impl, tf
 from edgemesh_tf.mesh.layout import Layout, local_devices, single_device_layout
 from edgemesh_tf.models import get_model
 from edgemesh_tf.models.plain_tf import PlainModel
-from edgemesh_tf.train.graph import build_train_graph
-from edgemesh_tf.train.loop import restore_or_init
+from edgemesh_tf.training.graph import build_train_graph
+from edgemesh_tf.training.loop import restore_or_init
 
 
 def _five_three(size: int) -> tuple[int, int]:

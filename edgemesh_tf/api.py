@@ -27,7 +27,7 @@ from edgemesh_tf.engine.config import JobSettings, fresh_run_dir
 from edgemesh_tf.layers import ModelFn, ModelSpec, build_model
 from edgemesh_tf.models import load_model as _load_model, save_model
 from edgemesh_tf.planner import Plan, format_table, write_plan
-from edgemesh_tf.profile.types import Profile
+from edgemesh_tf.profiling.types import Profile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +92,7 @@ def profile(cluster: Cluster, model: ModelSpec, batch: int = 32) -> Profile:
     forward+backward time, each link's bandwidth and latency, peak memory, and a few whole steps
     (ASHL's short pre-training) that calibrate the planner."""
     from edgemesh_tf.planner.calibrate import steps_to_time
-    from edgemesh_tf.profile.run import budgets, profile_servers
+    from edgemesh_tf.profiling.run import budgets, profile_servers
 
     return profile_servers(cluster.file, model, batch, cluster.servers,
                            **steps_to_time(budgets(cluster.file), model, batch))

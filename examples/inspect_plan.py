@@ -9,10 +9,9 @@ where it predicts the split to pay (the compute it saves against the gather it c
 """
 import sys
 
-import edgemesh_tf.api as em  # not `import edgemesh_tf as em`: there em.profile and em.train turn into the
-                              # subpackages edgemesh_tf.profile / .train once the library imports them
+import edgemesh_tf as em
 from edgemesh_tf.planner.calibrate import calibrated, compute_scales
-from edgemesh_tf.profile.types import load_profile, save_profile
+from edgemesh_tf.profiling.types import load_profile, save_profile
 
 MODEL, CLUSTER, MIB = "examples/my_cnn.py", "layouts/pi4.yaml", 1 << 20
 

@@ -9,8 +9,7 @@ Exits 1 if the target accuracy was not reached.
 """
 import sys
 
-import edgemesh_tf.api as em  # not `import edgemesh_tf as em`: there em.profile and em.train turn into the
-                              # subpackages edgemesh_tf.profile / .train once the library imports them
+import edgemesh_tf as em
 from edgemesh_tf import layers as L
 
 TARGET, BUDGET_S = 0.9, 90

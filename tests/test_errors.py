@@ -12,7 +12,7 @@ from edgemesh_tf.cluster.spec import load_cluster
 from edgemesh_tf.errors import InputError
 from edgemesh_tf.mesh.layout import load_layout
 from edgemesh_tf.models import get_model
-from edgemesh_tf.profile.types import load_profile
+from edgemesh_tf.profiling.types import load_profile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIGITS_VGG_DIMS = get_model("vgg", (8, 8, 1), 10).dims(32)  # the model digits_2x2.yaml is written for

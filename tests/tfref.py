@@ -5,8 +5,8 @@ from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices, single_device_layout
 from edgemesh_tf.models.plain_tf import PlainModel
-from edgemesh_tf.train.graph import build_train_graph
-from edgemesh_tf.train.loop import restore_or_init
+from edgemesh_tf.training.graph import build_train_graph
+from edgemesh_tf.training.loop import restore_or_init
 
 LR, MOMENTUM, SEED, BATCH = 0.02, 0.9, 3, 32
 

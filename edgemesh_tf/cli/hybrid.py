@@ -130,7 +130,7 @@ def config_from_flags() -> HybridJob:
     from edgemesh_tf.cli import cluster_from_flag
     from edgemesh_tf.engine.job import default_groups, groups_of_plan, job_config
     from edgemesh_tf.planner import load_plan
-    from edgemesh_tf.profile.types import load_profile
+    from edgemesh_tf.profiling.types import load_profile
 
     settings = settings_from_flags("train")
     cluster = cluster_from_flag(FLAGS.cluster, "edgemesh train")

@@ -33,7 +33,7 @@ def main(argv):
         raise SystemExit("edgemesh plan: --profile is required (a profile JSON file)")
     from edgemesh_tf.models import MODEL_NAMES, load_model
     from edgemesh_tf.planner import format_table, plan, write_plan
-    from edgemesh_tf.profile.types import load_profile
+    from edgemesh_tf.profiling.types import load_profile
 
     try:
         profile = load_profile(FLAGS.profile)

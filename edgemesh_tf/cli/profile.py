@@ -32,8 +32,8 @@ def main(argv):
     from edgemesh_tf.cluster import load_cluster
     from edgemesh_tf.models import load_model
     from edgemesh_tf.planner.calibrate import steps_to_time
-    from edgemesh_tf.profile.run import budgets, profile_cluster
-    from edgemesh_tf.profile.types import save_profile
+    from edgemesh_tf.profiling.run import budgets, profile_cluster
+    from edgemesh_tf.profiling.types import save_profile
 
     try:
         spec = load_model(FLAGS.model, IMAGE_SHAPES[FLAGS.dataset], 10)

@@ -125,7 +125,7 @@ def main(argv):
     from edgemesh_tf.data import load_dataset
     from edgemesh_tf.planner import load_plan
     from edgemesh_tf.models import load_model
-    from edgemesh_tf.train.loop import train
+    from edgemesh_tf.training.loop import train
 
     try:
         layout = _layout_of_plan(load_plan(run.layout), run.layout, run.group)

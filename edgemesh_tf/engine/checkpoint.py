@@ -1,6 +1,6 @@
 """Checkpoints of whole tensors and a state: `ckpt-<n>.npz` + `ckpt-<n>.json`; the one format of
 the hybrid chief (the global model and the strategy state) and of single-process training
-(`train/loop.py`: weights and momentum buffers, the global step).
+(`training/loop.py`: weights and momentum buffers, the global step).
 
 The weights are whole tensors by name (float32), so a checkpoint restores under any layout; the
 JSON holds the caller's state (the chief's: phase, controls, counters, elapsed time). Both files are written to

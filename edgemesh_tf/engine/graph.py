@@ -18,7 +18,7 @@ from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.sync.compression import TopKCompressor
 from edgemesh_tf.sync.ps import FLOAT_BYTES, INDEX_BYTES, ParameterServer
-from edgemesh_tf.train.graph import TrainGraph, build_train_graph
+from edgemesh_tf.training.graph import TrainGraph, build_train_graph
 
 
 @dataclasses.dataclass

@@ -81,8 +81,8 @@ def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: Sync
     from edgemesh_tf.engine import rules
     from edgemesh_tf.planner import plan, write_plan
     from edgemesh_tf.planner.calibrate import steps_to_time
-    from edgemesh_tf.profile.run import budgets, profile_servers
-    from edgemesh_tf.profile.types import save_profile
+    from edgemesh_tf.profiling.run import budgets, profile_servers
+    from edgemesh_tf.profiling.types import save_profile
 
     os.makedirs(logdir, exist_ok=True)
     profile = profile_servers(cluster, spec, batch, servers, **steps_to_time(budgets(cluster), spec, batch))

@@ -41,7 +41,7 @@ def replan_layout(cfg: JobConfig, group: GroupSpec, names: list[str]) -> tuple[d
     from edgemesh_tf.models import load_model
     from edgemesh_tf.planner.division import divide
     from edgemesh_tf.planner.model_stats import model_stats
-    from edgemesh_tf.profile.types import load_profile
+    from edgemesh_tf.profiling.types import load_profile
 
     from edgemesh_tf.planner import cost
     from edgemesh_tf.planner.calibrate import calibrated

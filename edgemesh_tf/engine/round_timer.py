@@ -17,7 +17,7 @@ from edgemesh_tf.engine.graph import build_replica_graph
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.layers import ModelSpec
-from edgemesh_tf.profile.step_timer import random_feed
+from edgemesh_tf.profiling.step_timer import random_feed
 
 PS_WAIT_S = 60.0  # the longest a group waits for the first group to initialise the global model
 

@@ -31,7 +31,7 @@ from edgemesh_tf.planner import cost, media
 from edgemesh_tf.planner.cost import GroupPrediction, LayerPrediction, check_group, ps_sync_ms, transfer_ms
 from edgemesh_tf.planner.division import Division, PlanError, divide, min_over_sizes
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, ModelStats
-from edgemesh_tf.profile.types import DeviceProfile
+from edgemesh_tf.profiling.types import DeviceProfile
 
 
 def singles(devices: Sequence[DeviceProfile], stats: ModelStats, profile_batch: int,

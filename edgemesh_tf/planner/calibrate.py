@@ -44,7 +44,7 @@ from edgemesh_tf.mesh.layout import even_split_layout
 from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.planner import cost
 from edgemesh_tf.planner.model_stats import ModelStats, model_stats
-from edgemesh_tf.profile.types import LayerTiming, Profile
+from edgemesh_tf.profiling.types import LayerTiming, Profile
 
 SCALE_RANGE = (0.25, 4.0)  # a factor outside this is a failed measurement, not an overhead
 # Devices of the timed split step: three, so that the per-peer overhead is fitted where a device has

@@ -52,7 +52,7 @@ from edgemesh_tf.planner import media
 from edgemesh_tf.planner import memory as memory_lib
 from edgemesh_tf.planner.collectives import allreduce_latency_ms, direct_latency_ms
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, DimStats, ModelStats
-from edgemesh_tf.profile.types import DeviceProfile
+from edgemesh_tf.profiling.types import DeviceProfile
 
 Shares = tuple[int, ...] | None
 """Units of a split dim per device, in group order; None = replicated (every device computes all)."""

@@ -43,7 +43,7 @@ from edgemesh_tf.planner.cost import (GroupPrediction, LayerCoeffs, Shares, chec
 from edgemesh_tf.planner.model_stats import ModelStats
 from edgemesh_tf.planner.polish import memory_bytes
 from edgemesh_tf.planner.polish import polish as polish_shares
-from edgemesh_tf.profile.types import DeviceProfile
+from edgemesh_tf.profiling.types import DeviceProfile
 
 MESH_DIM = "model"
 BATCH_DIM = "batch"  # the batch tensor dim and the mesh dim of synchronous data parallelism

@@ -51,7 +51,7 @@ from edgemesh_tf.planner.calibrate import calibrated
 from edgemesh_tf.planner.cost import GroupPrediction
 from edgemesh_tf.planner.division import Division, PlanError, divide, speed
 from edgemesh_tf.planner.model_stats import model_stats
-from edgemesh_tf.profile.types import DeviceProfile, Profile
+from edgemesh_tf.profiling.types import DeviceProfile, Profile
 
 STALENESS_PENALTY = 0.1
 SCREEN_CHUNKS = 16

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from edgemesh_tf.profile.types import DeviceProfile
+from edgemesh_tf.profiling.types import DeviceProfile
 
 Weights = tuple[tuple[float, ...], ...]
 """Per medium of a group, per device (group order): ms the medium needs per whole tensor of the

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 from edgemesh_tf.mesh.layout import even_split
 from edgemesh_tf.planner.cost import LayerCoeffs, Shares, fixed_memory_bytes
 from edgemesh_tf.planner.model_stats import ModelStats
-from edgemesh_tf.profile.types import DeviceProfile
+from edgemesh_tf.profiling.types import DeviceProfile
 
 MAX_EVALUATIONS = 4000
 EXACT_MAX = 2000  # divisions: at most this many, try them all

@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 
 from edgemesh_tf.planner.cost import LayerCoeffs, Shares, input_medium_ms, layer_coeffs, transfer_ms
 from edgemesh_tf.planner.model_stats import ModelStats
-from edgemesh_tf.profile.types import DeviceProfile
+from edgemesh_tf.profiling.types import DeviceProfile
 
 FORWARD_FRACTION = 1.0 / 3.0
 

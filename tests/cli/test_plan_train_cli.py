@@ -10,7 +10,7 @@ import yaml
 
 from edgemesh_tf.models import get_model
 from edgemesh_tf.models.shapes import layer_shapes
-from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile, save_profile
+from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile, save_profile
 
 pytestmark = [pytest.mark.subprocess]
 

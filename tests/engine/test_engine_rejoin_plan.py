@@ -7,7 +7,7 @@ from edgemesh_tf.engine import records, rejoin
 from edgemesh_tf.engine.config import GroupSpec, JobConfig
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner.model_stats import model_stats
-from edgemesh_tf.profile.types import save_profile
+from edgemesh_tf.profiling.types import save_profile
 from tests.planner.planner_util import flops_device, profile as make_profile
 
 W = "/job:worker/task:%d"
@@ -57,7 +57,7 @@ def test_replan_is_calibrated_by_the_steps_timed_while_profiling(tmp_path):
     import dataclasses
 
     from edgemesh_tf.planner import cost
-    from edgemesh_tf.profile.types import load_profile
+    from edgemesh_tf.profiling.types import load_profile
 
     cfg = _cfg(tmp_path)
     before, _ = rejoin.replan_layout(cfg, cfg.groups[0], ["a", "c"])

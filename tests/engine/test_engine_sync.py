@@ -15,8 +15,8 @@ from edgemesh_tf.engine.job import job_config, run_job
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models import get_model
-from edgemesh_tf.train.graph import build_train_graph
-from edgemesh_tf.train.loop import restore_or_init
+from edgemesh_tf.training.graph import build_train_graph
+from edgemesh_tf.training.loop import restore_or_init
 
 pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
 

@@ -23,8 +23,8 @@ from edgemesh_tf.mesh.layout import local_devices, single_device_layout, split_l
 from edgemesh_tf.mesh.uneven import UnevenLowering
 from edgemesh_tf.models import mesh_model
 from edgemesh_tf.models.plain_tf import PlainModel
-from edgemesh_tf.train.graph import build_train_graph
-from edgemesh_tf.train.loop import restore_or_init
+from edgemesh_tf.training.graph import build_train_graph
+from edgemesh_tf.training.loop import restore_or_init
 
 D3 = local_devices(3)
 SEED, LR, MOMENTUM = 5, 0.05, 0.9

@@ -6,7 +6,7 @@ from edgemesh_tf.mesh.build import check_tensor_layouts, session_config
 from edgemesh_tf.mesh.compat import mtf, tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.mesh.uneven import UnevenLowering, UnevenMeshImpl
-from edgemesh_tf.train.graph import build_train_graph
+from edgemesh_tf.training.graph import build_train_graph
 
 D = local_devices(3)
 

@@ -99,3 +99,18 @@ def test_package_root_is_the_api_and_imports_no_tensorflow():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.subprocess
+def test_package_root_functions_stay_functions_after_the_library_is_imported():
+    """No subpackage is named like a root function: importing every module keeps em.profile, em.train, ...
+    the API's functions (a subpackage `edgemesh_tf.profile` would replace em.profile once imported)."""
+    import subprocess
+    code = ("import importlib, pkgutil, edgemesh_tf as em; "
+            "[importlib.import_module(m.name) for m in pkgutil.walk_packages(em.__path__, 'edgemesh_tf.') "
+            " if '.cli.' not in m.name]; "
+            "import edgemesh_tf.api as api; "
+            "print(sorted(n for n in api.__all__ if getattr(em, n) is not getattr(api, n)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -8,8 +8,8 @@ from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner.model_stats import model_stats
-from edgemesh_tf.train.graph import build_train_graph
-from edgemesh_tf.train.loop import restore_or_init
+from edgemesh_tf.training.graph import build_train_graph
+from edgemesh_tf.training.loop import restore_or_init
 
 
 CASES = [(name, shape) for name in ("vgg", "resnet") for shape in ((8, 8, 1), (28, 28, 1), (32, 32, 3))]

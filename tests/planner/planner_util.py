@@ -7,7 +7,7 @@ from edgemesh_tf.planner import model_stats, plan
 from edgemesh_tf.planner.cost import predict
 from edgemesh_tf.planner.division import quantum
 from edgemesh_tf.planner.polish import compositions  # noqa: F401 (the tests import it from here)
-from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
+from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
 
 BIG = 1 << 40  # bytes: a memory budget that never binds
 

@@ -11,7 +11,7 @@ from planner_util import flops_device, profile
 from edgemesh_tf.mesh.layout import load_layout
 from edgemesh_tf.models.zoo import get_model
 from edgemesh_tf.planner import format_table, load_plan, model_stats, plan, write_plan
-from edgemesh_tf.profile.types import save_profile
+from edgemesh_tf.profiling.types import save_profile
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 VGG = get_model("vgg", (8, 8, 1), 10)

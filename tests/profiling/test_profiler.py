@@ -6,8 +6,8 @@ import time
 import pytest
 
 from edgemesh_tf.mesh.layout import Layout, single_device_layout
-from edgemesh_tf.profile.profiler import fit_link, passes_per_run, robust_median
-from edgemesh_tf.profile.types import load_profile, save_profile
+from edgemesh_tf.profiling.profiler import fit_link, passes_per_run, robust_median
+from edgemesh_tf.profiling.types import load_profile, save_profile
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
@@ -20,7 +20,7 @@ def test_fit_link_recovers_latency_and_bandwidth():
 
 
 def test_large_transfers_are_timed_only_where_the_small_ones_are_quick():
-    from edgemesh_tf.profile.profiler import LARGE_TRANSFER_IF_MS, large_transfers
+    from edgemesh_tf.profiling.profiler import LARGE_TRANSFER_IF_MS, large_transfers
     sizes = [16 << 10, 512 << 10, 512 << 10, 512 << 10]
     assert large_transfers(sizes, [1.0, 5.0, 6.0, 300.0])  # 1 Gbit/s: 512 KB in ~5 ms (one outlier)
     assert not large_transfers(sizes, [2.0, 420.0, 430.0, 5.0])  # 10 Mbit/s: 8 MB would take 7 s a run
@@ -42,8 +42,8 @@ def test_long_layers_are_timed_one_pass_per_run_and_short_ones_chained():
 @pytest.mark.emulator
 def test_profile_edge2(vgg_digits, tmp_path):
     from edgemesh_tf.cluster import emulated_cluster, load_cluster
-    from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
-    from edgemesh_tf.profile.step_timer import LayoutRunner, measure_side_by_side
+    from edgemesh_tf.profiling.profiler import DeviceToProfile, profile_devices
+    from edgemesh_tf.profiling.step_timer import LayoutRunner, measure_side_by_side
 
     cluster = load_cluster(os.path.join(ROOT, "layouts", "edge2.yaml"))
     with emulated_cluster(cluster) as em:
@@ -85,7 +85,7 @@ def test_profile_edge2(vgg_digits, tmp_path):
 
 
 def test_a_calibrated_profile_round_trips_through_its_file(tmp_path):
-    from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
+    from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
     p = Profile("vgg", 32, (8, 8, 1), 10, (DeviceProfile("a", "/job:worker/task:0", (LayerTiming("conv1", 2.0),),
                                                          1 << 30, 100.0, 1.0, whole_step_ms=12.5,
                                                          split_overhead_ms=2.0),),
@@ -108,8 +108,8 @@ def test_a_calibrated_profile_round_trips_through_its_file(tmp_path):
 
 def test_a_shared_medium_comes_from_the_cluster_file_and_round_trips(tmp_path):
     from edgemesh_tf.cluster.spec import load_cluster
-    from edgemesh_tf.profile.run import with_media
-    from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
+    from edgemesh_tf.profiling.run import with_media
+    from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
     cluster = load_cluster(os.path.join(ROOT, "layouts", "pi4wifi.yaml"))
     p = Profile("vgg", 32, (8, 8, 1), 10, tuple(DeviceProfile(d.name, d.device_string, (LayerTiming("conv1", 2.0),),
                                                               1 << 30, 150.0, 2.0) for d in cluster.workers))
@@ -133,7 +133,7 @@ def test_bad_profile_file_is_named(tmp_path):
 
 
 def test_median_interval_is_the_order_statistics_of_its_coverage():
-    from edgemesh_tf.profile.profiler import median_interval
+    from edgemesh_tf.profiling.profiler import median_interval
     assert median_interval([5.0, 1.0, 4.0, 2.0, 3.0]) == (1.0, 5.0)  # n = 5: min and max cover 94%
     xs = [float(i) for i in range(1, 16)]  # n = 15: x_(4), x_(12) cover 96.5%; x_(5), x_(11) 88%
     assert median_interval(xs) == (4.0, 12.0)
@@ -141,7 +141,7 @@ def test_median_interval_is_the_order_statistics_of_its_coverage():
 
 
 def test_steps_are_timed_until_the_median_is_settled():
-    from edgemesh_tf.profile.profiler import median_settled
+    from edgemesh_tf.profiling.profiler import median_settled
     assert not median_settled([100.0] * 4)  # fewer than the least
     assert median_settled([100.0, 101.0, 99.0, 102.0, 98.0])  # within +-4%
     noisy = [100.0, 140.0, 95.0, 102.0, 101.0]  # a throttling stall
@@ -155,7 +155,7 @@ def test_layouts_timed_in_turn_on_one_server_each_get_a_settled_median(vgg_digit
     """``layout_steps_ms`` builds every layout at once on the same server (each in its own container,
     so the same variable names do not collide) and steps them in turn; each gets its own median."""
     from edgemesh_tf.mesh.compat import tf
-    from edgemesh_tf.profile.profiler import layout_steps_ms
+    from edgemesh_tf.profiling.profiler import layout_steps_ms
 
     server = tf.distribute.Server.create_local_server()
     dev = "/job:localhost/replica:0/task:0/device:CPU:0"
@@ -168,7 +168,7 @@ def test_layouts_timed_in_turn_on_one_server_each_get_a_settled_median(vgg_digit
 def test_runners_step_in_turn_with_uncounted_steps_dropped():
     """``step_in_turn`` (pure, no TF): warm-up steps, then turns of uncounted and counted steps per
     runner until none wants more; the uncounted step of each turn is not among the times."""
-    from edgemesh_tf.profile.step_timer import measure_side_by_side, step_in_turn
+    from edgemesh_tf.profiling.step_timer import measure_side_by_side, step_in_turn
 
     class Counter:
         def __init__(self):

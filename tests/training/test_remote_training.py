@@ -7,7 +7,7 @@ import pytest
 
 from edgemesh_tf.cluster import emulated_cluster
 from edgemesh_tf.mesh.layout import Layout, local_devices
-from edgemesh_tf.train.loop import train
+from edgemesh_tf.training.loop import train
 
 pytestmark = [pytest.mark.emulator]
 

@@ -16,7 +16,7 @@ from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.layers import ModelSpec
-from edgemesh_tf.train.graph import TrainGraph, build_train_graph
+from edgemesh_tf.training.graph import TrainGraph, build_train_graph
 
 
 def evaluate(sess: tf.Session, g: TrainGraph, x: np.ndarray, y: np.ndarray) -> float:

@@ -14,9 +14,9 @@ import numpy as np
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.layers import ModelSpec
-from edgemesh_tf.profile.profiler import read_vm_kb
-from edgemesh_tf.train.graph import build_train_graph
-from edgemesh_tf.train.loop import restore_or_init
+from edgemesh_tf.profiling.profiler import read_vm_kb
+from edgemesh_tf.training.graph import build_train_graph
+from edgemesh_tf.training.loop import restore_or_init
 
 
 @dataclasses.dataclass(frozen=True)

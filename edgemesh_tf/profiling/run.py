@@ -7,8 +7,8 @@ from typing import Mapping, Sequence
 from edgemesh_tf.cluster.reach import Servers, reach_servers
 from edgemesh_tf.cluster.spec import ClusterFile, load_cluster
 from edgemesh_tf.layers import ModelSpec
-from edgemesh_tf.profile.profiler import DeviceToProfile, profile_devices
-from edgemesh_tf.profile.types import Profile
+from edgemesh_tf.profiling.profiler import DeviceToProfile, profile_devices
+from edgemesh_tf.profiling.types import Profile
 
 DEFAULT_MEMORY_MIB = 1024
 PROFILE_TIMEOUT_S = 1800.0

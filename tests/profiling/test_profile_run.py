@@ -7,7 +7,7 @@ import pytest
 from edgemesh_tf.cluster.reach import Servers
 from edgemesh_tf.cluster.spec import parse_cluster
 from edgemesh_tf.cluster.watch import DeviceDied
-from edgemesh_tf.profile import run
+from edgemesh_tf.profiling import run
 
 CLUSTER = parse_cluster({"name": "t", "devices": [
     {"name": "w0", "role": "worker", "port": 2300, "cpu_cores": 0.3, "memory_mib": 256},

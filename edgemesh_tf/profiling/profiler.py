@@ -19,8 +19,8 @@ from edgemesh_tf.cluster.procs import read_vm_kb  # noqa: F401  (step_timer and 
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.models.shapes import layer_shapes
-from edgemesh_tf.profile.layers import build_layer_op, build_noop_op, build_transfer_op
-from edgemesh_tf.profile.types import DeviceProfile, LayerTiming, Profile
+from edgemesh_tf.profiling.layers import build_layer_op, build_noop_op, build_transfer_op
+from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
 
 TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
 # On a fast link the largest of those is over within a few CFS periods of a throttled sender (a 0.25-core
@@ -220,7 +220,7 @@ def layout_steps_ms(spec: ModelSpec, batch: int, layouts: Mapping[str, object], 
     builds them (the lowering, the optimizer, the input fed from the client). Single steps of VGG-16
     on a 0.35-core device measured 2.5-5.0 s after the first (throttling stalls): the median of 3 put
     one profile's whole step 32% above the later measured one."""
-    from edgemesh_tf.profile.step_timer import LayoutRunner, step_in_turn  # it imports this module
+    from edgemesh_tf.profiling.step_timer import LayoutRunner, step_in_turn  # it imports this module
     containers = {name: "profile_layout_step_%d" % i for i, name in enumerate(layouts)}
     runners = {}
     try:
