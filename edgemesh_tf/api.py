@@ -44,8 +44,9 @@ class Cluster:
 class TrainResult:
     """What a training run reached.
 
-    accuracy: the final global model's held-out accuracy; time_to_target_s: training seconds until
-    the target accuracy (None: not reached); why: why it stopped; train_s: training time (s);
+    accuracy: the final global model's held-out accuracy (commits in flight when the target is
+    reached still land, so it may end a little either side of the target); time_to_target_s:
+    training seconds until an evaluation reached the target accuracy (None: not reached); why: why it stopped; train_s: training time (s);
     examples_per_sec: all groups together; bytes_sent: to and from the parameter server;
     logdir: its logs (TensorBoard under ``logdir/tb``, checkpoints, plan); record: the full final record.
     """
@@ -57,7 +58,7 @@ class TrainResult:
     examples_per_sec: float
     bytes_sent: int
     logdir: str
-    record: dict
+    record: dict = dataclasses.field(repr=False)
 
 
 def load_model(model: str | ModelFn, dataset: str = "digits", num_classes: int = 10,
@@ -120,9 +121,11 @@ def train(cluster: Cluster, model: ModelSpec, plan: Plan, *, strategy: str = "as
           data_path: str | None = None, batch: int | None = None, logdir: str | None = None,
           emit: Callable[[records.Record], None] = records.print_line, **settings) -> TrainResult:
     """Hybrid training of ``model`` under ``plan`` on ``cluster`` with ``strategy`` (bsp, asp, ssp,
-    local_sgd, adsp, ashl) until ``target_accuracy`` or ``time_budget_s`` (in settings, with any
-    other field of ``engine.config.JobSettings`` / ``SyncConfig``: learning_rate, staleness, ...).
-    ``emit`` receives every progress record (default: printed). Returns a ``TrainResult``."""
+    local_sgd, adsp, ashl; give the one the plan was made for) until ``target_accuracy`` or
+    ``time_budget_s``. ``settings``: any field of ``engine.config.JobSettings`` / ``SyncConfig``
+    (target_accuracy, time_budget_s, learning_rate, lr_schedule, staleness, ...); unset, they are
+    ``edgemesh run``'s defaults (``edgemesh run --helpfull``): target 0.97, 240 s, logs in a fresh
+    ``runs/run-<time>``. ``emit`` receives every progress record (default: printed). Returns a ``TrainResult``."""
     from edgemesh_tf.engine.main_job import train_planned
 
     logdir = _logdir(logdir)

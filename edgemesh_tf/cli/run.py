@@ -27,9 +27,10 @@ JOB_FLAGS = tuple(hybrid.define_flags("run"))
 
 def plan_lines(p: dict) -> list[str]:
     """What the planner chose and why: its prediction against the best alternative, and each split."""
-    best = p["best_alternative"]
-    why = (" (predicted %.0f examples/s; the best alternative, %s, %.0f)" % (p["predicted_examples_per_sec"], *best)
-           if best else " (predicted %.0f examples/s)" % p["predicted_examples_per_sec"])
+    best, predicted = p["best_alternative"], p["predicted_examples_per_sec"]
+    tie = best and abs(best[1] - predicted) <= 0.005 * predicted  # e.g. a grid of one-device groups
+    why = (" (predicted %.0f examples/s; the best alternative, %s, %.0f%s)" % (predicted, *best, ", a tie" if tie else "")
+           if best else " (predicted %.0f examples/s)" % predicted)
     lines = ["plan: %s%s" % (p["kind"], why)]
     if not p["splits"]:
         lines.append("  no layer split: the planner predicts no split pays on these devices")

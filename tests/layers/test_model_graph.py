@@ -71,3 +71,4 @@ def test_shares_and_the_summary_name_each_device_and_its_units():
     assert plan_lines(planned) == ["plan: grid (predicted 224 examples/s; the best alternative, all_replicated, 170)",
                                    "  group0 splits conv1: jetson0 3 / pi1 2"]
     assert "no layer split" in plan_lines(dict(planned, splits={}))[1]
+    assert plan_lines(dict(planned, best_alternative=["all_replicated", 223.5]))[0].endswith(", 224, a tie)")
