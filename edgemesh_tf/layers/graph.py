@@ -11,6 +11,7 @@ pooling.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any, Callable
 
@@ -171,6 +172,28 @@ class ModelSpec:
             out.append(Segment(layer, tuple(chain)))
         return tuple(out)
 
+    def summary(self) -> str:
+        """A table of the layers: kind, output shape per example, split dim (a conv's or dense's own;
+        "on <dim>" for a layer that runs on that dim's slices; "-" for one that runs on whole inputs),
+        trainable parameters and forward MFLOPs per example; totals at the end."""
+        on = {f.name: seg.name for seg in self.segments() for f in seg.followers}
+        rows, params, flops = [], 0, 0
+        for layer in self.layers:
+            kdef, ins = KINDS[layer.kind], self.input_shapes(layer)
+            n = sum(math.prod(w.shape) for w in kdef.weights(layer, ins) if w.trainable)
+            f = kdef.flops(layer, ins)
+            params, flops = params + n, flops + f
+            dim = layer.name if kdef.splits else "on " + on[layer.name] if layer.name in on else "-"
+            rows.append((layer.name, layer.kind, "x".join(map(str, self.shape_of(layer.name))), dim, n, f / 1e6))
+        lines = ["model %r: %s images, %d classes" % (self.name, "x".join(map(str, self.image_shape)), self.num_classes),
+                 "%-16s %-16s %-12s %-14s %10s %9s" % ("layer", "kind", "output", "split dim", "params", "MFLOPs")]
+        lines += ["%-16s %-16s %-12s %-14s %10d %9.3f" % row for row in rows]
+        lines.append("%-16s %-16s %-12s %-14s %10d %9.3f" % ("total", "", "", "%d split dims" % len(self.split_dims()),
+                                                          params, flops / 1e6))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
 
     # -- plain data --
     def to_dict(self) -> dict:
@@ -247,9 +270,14 @@ def add_layer(kind: str, inputs: list[Tensor], name: str | None, **config) -> Te
         raise TypeError("%s: name must be a string, got %r" % (kind, name))
     layer = Layer(kind, name, tuple(t.layer for t in inputs), tuple(sorted(config.items())))
     kdef = KINDS[kind]
-    if name in trace.shapes or name in RESERVED or not _NAME.match(name):
-        raise ValueError("%s %r: the name is used twice, reserved (%s) or not a plain identifier"
-                         % (kind, name, ", ".join(RESERVED)))
+    if name in trace.shapes:
+        raise ValueError("%s %r: the name is already taken by an earlier layer; every layer and split dim needs its "
+                         "own name" % (kind, name))
+    if name in RESERVED:
+        raise ValueError("%s %r: the name is reserved (%s)" % (kind, name, ", ".join(RESERVED)))
+    if not _NAME.match(name):
+        raise ValueError("%s %r: a name must start with a letter and hold only letters, digits, '_', '.', '-'"
+                         % (kind, name))
     try:
         shape = tuple(kdef.output_shape(layer, [t.shape for t in inputs]))
     except ValueError as e:

@@ -83,13 +83,13 @@ register(BatchNorm())
 register(Dropout())
 
 
-def batch_norm(x: Tensor, momentum: float = 0.9, epsilon: float = 1e-3, name: str | None = None) -> Tensor:
+def batch_norm(x: Tensor, *, momentum: float = 0.9, epsilon: float = 1e-3, name: str | None = None) -> Tensor:
     """Batch normalisation per channel (see ``BatchNorm``); variables ``name/gamma``, ``name/beta``
     and the running ``name/moving_mean`` and ``name/moving_variance``, all [C], split with the
     channels they follow."""
     return add_layer("batch_norm", [x], name, momentum=float(momentum), epsilon=float(epsilon))
 
 
-def dropout(x: Tensor, rate: float, name: str | None = None) -> Tensor:
+def dropout(x: Tensor, rate: float, *, name: str | None = None) -> Tensor:
     """Dropout of ``rate`` while training (see ``Dropout``); per element."""
     return add_layer("dropout", [x], name, rate=float(rate))

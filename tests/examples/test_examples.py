@@ -91,7 +91,7 @@ def _readme_section() -> str:
 
 def test_readme_model_file_loads_for_digits32(tmp_path):
     section = _readme_section()
-    assert len(section.strip().splitlines()) <= 40
+    assert len(section.strip().splitlines()) <= 42
     code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
     path = tmp_path / "my_model.py"
     path.write_text(code)
@@ -100,3 +100,24 @@ def test_readme_model_file_loads_for_digits32(tmp_path):
     assert {"conv2d", "avg_pool2d", "batch_norm", "global_avg_pool", "dense"} <= kinds, kinds
     assert all(layer.get("kernel") == 5 and layer.get("padding") == "valid"
                for layer in spec.layers if layer.kind == "conv2d")
+
+
+@pytest.mark.subprocess
+def test_readme_check_command_prints_the_models_layers(tmp_path):
+    section = _readme_section()
+    (tmp_path / "my_model.py").write_text(re.findall(r"```python\n(.*?)```", section, re.S)[0])
+    command = next(line for line in section.splitlines() if line.startswith(".venv/bin/python -c "))
+    code = command.split('-c "', 1)[1].rsplit('"', 1)[0]
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, _tail(out)
+    lines = out.stdout.splitlines()
+    assert lines[0] == "model 'my_model': 32x32x1 images, 10 classes", lines
+    assert any(line.split()[:4] == ["conv1", "conv2d", "28x28x32", "conv1"] for line in lines), lines
+
+
+@pytest.mark.parametrize("path, shape, dims", [
+    ("examples/my_cnn.py", (8, 8, 1), ["conv1", "conv2", "fc1", "fc2", "logits"]),
+    ("examples/lenet_bn.py", (32, 32, 1), ["conv1", "conv2", "fc1", "fc2", "logits"])])
+def test_example_model_files_load_for_their_datasets(path, shape, dims):
+    spec = load_model(os.path.join(ROOT, path), shape, 10)
+    assert list(spec.split_dims()) == dims and spec.image_shape == shape

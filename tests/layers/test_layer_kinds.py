@@ -494,12 +494,14 @@ def _model(body, shape=(8, 8, 1)):
 
 
 def test_a_layer_name_used_twice():
-    with pytest.raises(ValueError, match=r"conv2d 'conv': the name is used twice"):
+    with pytest.raises(ValueError, match=r"conv2d 'conv': the name is already taken by an earlier layer"):
         _model(lambda x: L.flatten(L.conv2d(L.conv2d(x, "conv", 4), "conv", 4)))
-    with pytest.raises(ValueError, match=r"'logits': the name is used twice"):
+    with pytest.raises(ValueError, match=r"'logits': the name is already taken"):
         _model(lambda x: L.dense(L.flatten(x), "logits", 4))
-    with pytest.raises(ValueError, match=r"conv2d 'flat': the name is used twice, reserved"):
+    with pytest.raises(ValueError, match=r"conv2d 'flat': the name is reserved \(batch, "):
         _model(lambda x: L.flatten(L.conv2d(x, "flat", 4)))
+    with pytest.raises(ValueError, match=r"conv2d 'conv 1': a name must start with a letter"):
+        _model(lambda x: L.flatten(L.conv2d(x, "conv 1", 4)))
 
 
 def test_an_unknown_activation():

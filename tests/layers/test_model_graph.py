@@ -72,3 +72,23 @@ def test_shares_and_the_summary_name_each_device_and_its_units():
                                    "  group0 splits conv1: jetson0 3 / pi1 2"]
     assert "no layer split" in plan_lines(dict(planned, splits={}))[1]
     assert plan_lines(dict(planned, best_alternative=["all_replicated", 223.5]))[0].endswith(", 224, a tie)")
+
+
+def test_summary_lists_each_layer_with_its_split_dim_params_and_flops():
+    def net(images, n):
+        x = L.avg_pool2d(L.relu(L.batch_norm(L.conv2d(images, "conv1", 6, kernel=5, padding="valid"))), 2)
+        return L.dense(L.flatten(x), "logits", n, gain=1.0)
+
+    spec = L.build_model(net, (12, 12, 1), 10, name="tiny")
+    rows = {line.split()[0]: line.split() for line in str(spec).splitlines()[2:]}
+    assert str(spec).splitlines()[0] == "model 'tiny': 12x12x1 images, 10 classes"
+    assert rows["conv1"][1:5] == ["conv2d", "8x8x6", "conv1", str(5 * 5 * 6 + 6)]
+    assert rows["batch_norm_1"][1:6] == ["batch_norm", "8x8x6", "on", "conv1", "12"]  # gamma, beta; not the stats
+    assert rows["avg_pool2d_1"][1:5] == ["avg_pool2d", "4x4x6", "on", "conv1"]
+    assert rows["flatten_1"][1:5] == ["flatten", "96", "-", "0"]
+    assert rows["total"][-2] == str(156 + 12 + 96 * 10 + 10)
+
+
+def test_options_of_per_channel_layers_are_keywords():
+    with pytest.raises(TypeError, match="positional"):  # batch_norm(x, "bn1") would read "bn1" as the momentum
+        L.build_model(lambda x, n: L.dense(L.flatten(L.batch_norm(x, "bn1")), "logits", n), (4, 4, 1), 2)
