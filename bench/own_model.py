@@ -6,7 +6,9 @@
    layers and initial weights), SGD with momentum 0.9 at learning rate 0.02, batch 32, ``--epochs``
    passes over the training set, batch norm's running statistics at evaluation; the held-out accuracy.
 2. edgemesh, per seed: ``edgemesh_tf.run`` on ``--cluster`` (profile, plan, ASHL) with the target
-   accuracy the plain-TF median less one point and a ``--time_budget_s`` budget.
+   accuracy the plain-TF median less one point and a ``--time_budget_s`` budget, at the same base
+   learning rate and momentum; ``--lr_schedule constant`` (the default here) trains at that rate
+   throughout as plain TF does, ``cosine`` is ASHL's own decay (edgemesh run's default).
 Prints one JSON object (also written to bench/results/own_model.json): each run's accuracy, the
 plain-TF median, whether each edgemesh run reached the target, what the plan split.
 """
@@ -61,6 +63,7 @@ def main(argv=None):
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--time_budget_s", type=float, default=240)
+    p.add_argument("--lr_schedule", default="constant", choices=["constant", "cosine"])
     p.add_argument("--out", default=os.path.join(HERE, "results", "own_model.json"))
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -75,11 +78,12 @@ def main(argv=None):
     for s in seeds:
         summary = em.run(args.cluster, args.model, dataset=args.dataset, seed=s, target_accuracy=target,
                          time_budget_s=args.time_budget_s, emit=lambda rec: None,
+                         learning_rate=0.02, momentum=0.9, lr_schedule=args.lr_schedule,
                          logdir=os.path.join("runs", "own_model-%d-%s" % (s, time.strftime("%H%M%S"))))
         runs[s] = {"accuracy": summary["accuracy"], "reached": summary["time_to_target_s"] is not None,
                    "time_to_target_s": summary["time_to_target_s"], "setup_s": summary["setup_s"],
                    "planned": summary["planned"], "logdir": summary["logdir"]}
-    out = {"model": args.model, "dataset": args.dataset, "cluster": args.cluster, "epochs": args.epochs,
+    out = {"model": args.model, "dataset": args.dataset, "cluster": args.cluster, "epochs": args.epochs, "lr_schedule": args.lr_schedule,
            "plain_tf_one_device": plain, "plain_tf_median": reference, "target": target, "edgemesh": runs,
            "edgemesh_median": statistics.median(r["accuracy"] for r in runs.values()),
            "all_reached": all(r["reached"] for r in runs.values()),
