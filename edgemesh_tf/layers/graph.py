@@ -296,20 +296,27 @@ ModelFn = Callable[[Tensor, int], Tensor]
 (H, W, C) per example, logits (num_classes,)."""
 
 
-def build_model(fn: ModelFn, image_shape: tuple[int, int, int], num_classes: int, name: str = "model") -> ModelSpec:
+def build_model(fn: ModelFn, image_shape: tuple[int, int, int], num_classes: int | None,
+                name: str = "model") -> ModelSpec:
     """Traces ``fn`` on an image tensor of ``image_shape`` and returns the ``ModelSpec`` it defines.
+    ``num_classes`` None: as many as the last layer's outputs (``fn`` then gets 0 for it).
 
     Raises ValueError naming the layer when a layer cannot take its input, or when ``fn`` does not
     return a Tensor of this model.
     """
     trace = _Trace()
     trace.shapes[INPUT] = tuple(image_shape)
-    out = fn(Tensor(tuple(int(v) for v in image_shape), INPUT, None, trace), num_classes)
+    out = fn(Tensor(tuple(int(v) for v in image_shape), INPUT, None, trace), num_classes or 0)
     if not isinstance(out, Tensor) or out._trace is not trace:
         raise ValueError("model %r: the model function must return the logits Tensor it built, got %r" % (name, out))
     if out.layer != (trace.layers[-1].name if trace.layers else None):
         raise ValueError("model %r: the model function returned %r, not its last layer %r"
                          % (name, out.layer, trace.layers[-1].name if trace.layers else None))
+    if num_classes is None:
+        if len(out.shape) != 1:
+            raise ValueError("model %r: the last layer %r gives shape %s per example; expected class scores "
+                             "(classes,)" % (name, out.layer, out.shape))
+        num_classes = out.shape[0]
     spec = ModelSpec(name, tuple(image_shape), num_classes, tuple(trace.layers))
     if spec.shape_of(out.layer) != (num_classes,):
         raise ValueError("model %r: the last layer %r gives shape %s per example; expected (%d,), the logits of "

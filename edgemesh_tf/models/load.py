@@ -1,6 +1,6 @@
-"""A model from its reference: a zoo name (``vgg``), a Python file that defines ``model``, or a
+"""A model from its reference: a zoo name (``vgg``), a Python file that defines ``model``, a
 model saved as JSON (``save_model``: how a model built in a caller's own code reaches a job's
-processes).
+processes), or a Keras model file (``.keras``, read by ``keras_in``, its weights the job's start).
 
 Every process of a job (chief, groups, a rejoined group, the profiler, the planner) builds its
 model with ``load_model(ref, image_shape, num_classes)`` from the same reference, so all of them
@@ -26,11 +26,12 @@ import os
 import sys
 
 from edgemesh_tf.layers import ModelSpec, build_model, model_from_dict
+from edgemesh_tf.models.keras_in import is_keras_file, load_keras
 from edgemesh_tf.models.zoo import MODEL_NAMES, get_model
 
 
 def is_model_file(ref: str) -> bool:
-    return ref.endswith(".py") or ref.endswith(".json")
+    return ref.endswith(".py") or ref.endswith(".json") or is_keras_file(ref)
 
 
 def save_model(spec: ModelSpec, path: str) -> str:
@@ -50,7 +51,7 @@ def check_model_ref(ref: str) -> str:
         return path
     if ref not in MODEL_NAMES:
         raise ValueError("unknown model %r; expected one of %s, a path to a .py file that defines "
-                         "model(images, num_classes), or a saved model .json" % (ref, list(MODEL_NAMES)))
+                         "model(images, num_classes), a saved model .json or a Keras model .keras" % (ref, list(MODEL_NAMES)))
     return ref
 
 
@@ -77,6 +78,8 @@ def load_model(ref: str, image_shape: tuple[int, int, int], num_classes: int) ->
         return dataclasses.replace(get_model(ref, image_shape, num_classes), source=ref)
     if ref.endswith(".json"):
         return _saved(ref, image_shape, num_classes)
+    if is_keras_file(ref):
+        return load_keras(ref, image_shape, num_classes)
     module = _module(ref)
     fn = getattr(module, "model", None)
     if not callable(fn):
