@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import tempfile
 from typing import Callable, Iterator
 
 from edgemesh_tf.cluster.reach import Servers, reach_servers
@@ -48,7 +49,9 @@ class TrainResult:
     reached still land, so it may end a little either side of the target); time_to_target_s:
     training seconds until an evaluation reached the target accuracy (None: not reached); why: why it stopped; train_s: training time (s);
     examples_per_sec: all groups together; bytes_sent: to and from the parameter server;
-    logdir: its logs (TensorBoard under ``logdir/tb``, checkpoints, plan); record: the full final record.
+    logdir: its logs (TensorBoard under ``logdir/tb``, checkpoints, plan); export: with ``export_dir``,
+    {"keras": model.keras path, "saved_model": path, "keras_accuracy": its test accuracy by plain Keras};
+    record: the full final record.
     """
 
     accuracy: float
@@ -58,18 +61,29 @@ class TrainResult:
     examples_per_sec: float
     bytes_sent: int
     logdir: str
+    export: dict | None
     record: dict = dataclasses.field(repr=False)
 
 
-def load_model(model: str | ModelFn, dataset: str = "digits", num_classes: int = 10,
+def load_model(model: str | ModelFn | object, dataset: str = "digits", num_classes: int = 10,
                name: str | None = None) -> ModelSpec:
     """A model for ``dataset``'s images: a zoo name, a model file (``.py`` defining
-    ``model(images, num_classes)``, or a saved ``.json``), or a model function itself."""
+    ``model(images, num_classes)``, a saved ``.json`` or a Keras ``.keras``), a model function
+    itself, or a ``keras.Model`` (saved to a ``.keras`` file in a fresh temporary directory, the
+    reference a job's processes load it by; its weights are the job's start)."""
     if dataset not in IMAGE_SHAPES:
         raise ValueError("unknown dataset %r; expected one of %s" % (dataset, sorted(IMAGE_SHAPES)))
+    if _is_keras_model(model):
+        path = os.path.join(tempfile.mkdtemp(prefix="edgemesh_keras_"), (name or model.name) + ".keras")
+        model.save(path)
+        return _load_model(path, IMAGE_SHAPES[dataset], num_classes)
     if callable(model):
         return build_model(model, IMAGE_SHAPES[dataset], num_classes, name=name or getattr(model, "__name__", "model"))
     return _load_model(model, IMAGE_SHAPES[dataset], num_classes)
+
+
+def _is_keras_model(obj) -> bool:
+    return any(c.__module__.startswith("keras") and c.__name__ == "Model" for c in type(obj).__mro__)
 
 
 @contextlib.contextmanager
@@ -123,11 +137,14 @@ def train(cluster: Cluster, model: ModelSpec, plan: Plan, *, strategy: str = "as
     """Hybrid training of ``model`` under ``plan`` on ``cluster`` with ``strategy`` (bsp, asp, ssp,
     local_sgd, adsp, ashl; give the one the plan was made for) until ``target_accuracy`` or
     ``time_budget_s``. ``settings``: any field of ``engine.config.JobSettings`` / ``SyncConfig``
-    (target_accuracy, time_budget_s, learning_rate, lr_schedule, staleness, ...); unset, they are
+    (target_accuracy, time_budget_s, learning_rate, lr_schedule, staleness, export_dir, ...); unset, they are
     ``edgemesh run``'s defaults (``edgemesh run --helpfull``): target 0.97, 240 s, logs in a fresh
     ``runs/run-<time>``. ``emit`` receives every progress record (default: printed). Returns a ``TrainResult``."""
     from edgemesh_tf.engine.main_job import train_planned
+    from edgemesh_tf.models.keras_out import check_exportable
 
+    if settings.get("export_dir"):
+        check_exportable(model)
     logdir = _logdir(logdir)
     plan_path = os.path.join(logdir, "plan.yaml")
     write_plan(plan, plan_path)
@@ -137,7 +154,7 @@ def train(cluster: Cluster, model: ModelSpec, plan: Plan, *, strategy: str = "as
                           cluster.emulated, emit)
     return TrainResult(final["accuracy"], final["time_to_target_s"], final["why"], final["t"],
                        round(sum(g["examples_per_sec"] for g in final["group_time"].values()), 1),
-                       final["bytes_sent"], logdir, final)
+                       final["bytes_sent"], logdir, final.get("export"), final)
 
 
 def run(cluster: str = "layouts/pi4.yaml", model: str | ModelSpec = "vgg", *, emulate: bool = True, batch: int = 32,

@@ -46,6 +46,8 @@ def summary_text(s: dict) -> str:
         s["model"], s["dataset"], s["strategy"], s["cluster"], s["testbed"]["network"], s["testbed"]["compute"])]
     reached = ("target %.3f reached at %.1f s" % (s["target_accuracy"], s["time_to_target_s"])
                if s["time_to_target_s"] is not None else "stopped: %s" % s["why"])
+    if s.get("initial_weights"):
+        lines.append("started from the weights in %s (not from random initial values)" % s["initial_weights"])
     lines.append("accuracy %.4f (the final global model) after %.1f s of training (%s); set-up %.1f s"
                  % (s["accuracy"], s["train_s"], reached, s["setup_s"]))
     lines.append("phases: " + " -> ".join("%s at %.1f s" % (p, t) for p, _, t in s["phase_transitions"]))
@@ -67,6 +69,10 @@ def summary_text(s: dict) -> str:
             100 * t["other_s"] / total))
     lines.append("layout: %s   profile: %s   summary: %s" % (s["plan"], s["profile"],
                                                             os.path.join(s["logdir"], "summary.json")))
+    if s.get("export"):
+        e = s["export"]
+        lines.append("exported: %s (test accuracy by plain Keras %.4f), SavedModel %s" % (
+            e["keras"], e["keras_accuracy"], e["saved_model"]))
     lines.append(s["tensorboard"])
     return "\n".join(lines)
 

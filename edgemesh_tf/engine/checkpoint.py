@@ -18,6 +18,9 @@ from typing import Mapping
 import numpy as np
 
 _NAME = re.compile(r"ckpt-(\d+)\.json$")
+FINAL_MODEL = "final_model"
+"""The hybrid chief's ``<logdir>/final_model/``: the global model its final evaluation measured (the
+checkpoints under ``checkpoints/`` also hold the rounds still in flight at the stop)."""
 
 
 def _numbered(directory: str) -> list[tuple[int, str]]:

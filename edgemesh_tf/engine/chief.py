@@ -31,7 +31,7 @@ from edgemesh_tf.engine.liveness import Liveness
 from edgemesh_tf.engine.report import JobReport
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import single_device_layout
-from edgemesh_tf.models import load_model
+from edgemesh_tf.models import initial_weights, load_model
 
 TICK_S = 0.1
 PROBE_S = 3.0  # a parameter server that cannot answer a counter read in this time is gone
@@ -66,7 +66,7 @@ class Chief:
         self.stop_request = self.t0 = None  # why to stop (str); monotonic s training began
         self._replica = ReplicaLocks()  # evaluations (a thread) and checkpoints
         self.data = load_dataset(cfg.dataset, cfg.data_path)
-        spec = load_model(cfg.model, self.data.image_shape, self.data.num_classes)
+        self.spec = spec = load_model(cfg.model, self.data.image_shape, self.data.num_classes)
         self.g = build_replica_graph(spec, single_device_layout(cfg.chief_device), EVAL_BATCH, cfg.group_names,
                                      ps_device=cfg.ps_device, learning_rate=cfg.learning_rate, momentum=cfg.momentum,
                                      seed=cfg.seed, group=None, container="chief")
@@ -156,7 +156,8 @@ class Chief:
         prefix = checkpoint.latest(self.ckpt_dir)
         if prefix is None:
             self._run(sess, self.g.train.init_op)
-            return self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()})
+            return {**self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()}),
+                    **initial_weights(self.spec)}
         weights, state = checkpoint.load(prefix)
         self.emit(self.machine.restore(state, prefix, time.monotonic()))
         return weights
@@ -212,6 +213,10 @@ class Chief:
         # push work done after it (past the budget, or after the target was reached). The groups finish
         # that round (up to a dense push over the slowest link) while the chief evaluates.
         at_stop = self._evaluate(sess, full=True, pulled=self.after_stop)
+        with self._replica.masters:  # the model that evaluation measured: what an export writes
+            checkpoint.save(os.path.join(cfg.logdir, checkpoint.FINAL_MODEL),
+                            self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()}),
+                            {"accuracy": at_stop[0] if at_stop else None}, keep=1)
         # their last pushes go into the checkpoint; one silent for lost_after_s would be declared lost anyway
         self.wait_groups(min(cfg.wait_timeout_s, cfg.lost_after_s))
         stats, counters = self._read(sess)

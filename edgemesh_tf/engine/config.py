@@ -233,8 +233,10 @@ class JobSettings:
     --cluster --sync` and `edgemesh run` set from their flags (one flag per field, same name unless
     `flag=` says otherwise), and what `MainJob` holds before it has planned the groups."""
 
-    model: str = setting("vgg", "The model: a zoo name (vgg, vgg_wide, resnet, vgg16, vgg_m) or a Python file that "
-                         "defines model(images, num_classes) with edgemesh_tf.layers (README: Your own model).",
+    model: str = setting("vgg", "The model: a zoo name (vgg, vgg_wide, resnet, vgg16, vgg_m), a Python file that "
+                         "defines model(images, num_classes) with edgemesh_tf.layers (README: Your own model) or a "
+                         "saved Keras model, FILE.keras (README: Bring a Keras model; training starts from its "
+                         "weights).",
                          check=_model_ref)
     dataset: str = setting("digits", "Dataset (digits is built in; cifar10 and mnist are read from --data_path).",
                            choices=DATASET_NAMES)
@@ -288,6 +290,9 @@ class JobSettings:
                                        "(without it, the fastest device left holds the whole model).",
                                        flag="profile")
     logdir: str = setting("runs/hybrid", "Hybrid: run directory (checkpoints, TensorBoard logs, group logs).")
+    export_dir: str | None = setting(None, "Hybrid: write the trained global model here as a Keras model file "
+                                     "(model.keras) and a SavedModel (saved_model/), and report its test accuracy "
+                                     "computed by plain Keras; unset: checkpoints only.")
     sync: SyncConfig = dataclasses.field(default_factory=SyncConfig)
 
     def __post_init__(self):

@@ -98,13 +98,20 @@ def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: Sync
 def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, servers, emulate: bool,
                   emit: Callable[[records.Record], None] = lambda rec: None, **wiring) -> dict:
     """Hybrid training of the plan at ``plan_path`` on reached ``servers`` with ``settings``;
-    returns the chief's final record (``engine.job.run_job``). wiring: device_info, profile_path."""
+    returns the chief's final record (``engine.job.run_job``), with ``export`` (``engine.export``)
+    when ``settings.export_dir`` is set. wiring: device_info, profile_path."""
     from edgemesh_tf.engine.job import groups_of_plan, job_config, run_job
     from edgemesh_tf.planner import load_plan
 
     groups = groups_of_plan(cluster, load_plan(plan_path), plan_path, batch)
     cfg = job_config(cluster, groups, settings, **wiring)
-    return run_job(cfg, cluster, emulate=emulate, emit=emit, testbed=servers.testbed)
+    final = run_job(cfg, cluster, emulate=emulate, emit=emit, testbed=servers.testbed)
+    if settings.export_dir:
+        from edgemesh_tf.engine.export import export_run
+
+        final = dict(final, export=export_run(settings.model, settings.dataset, settings.data_path, settings.logdir,
+                                              settings.export_dir, timeout_s=settings.startup_timeout_s))
+    return final
 
 
 def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda rec: None) -> dict:
@@ -112,13 +119,16 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
     from edgemesh_tf.cluster.spec import load_cluster
     from edgemesh_tf.data import load_dataset
     from edgemesh_tf.engine.job import reach_servers
-    from edgemesh_tf.models import load_model
+    from edgemesh_tf.models import initial_weights, load_model
+    from edgemesh_tf.models.keras_out import check_exportable
     from edgemesh_tf.planner import format_table
 
     s = job.settings
     cluster = load_cluster(job.cluster)
     data = load_dataset(s.dataset, s.data_path)
     spec = load_model(s.model, data.image_shape, data.num_classes)
+    if s.export_dir:
+        check_exportable(spec)  # before any training: a model that cannot go out says so now
     os.makedirs(s.logdir, exist_ok=True)
     t_start = time.monotonic()
     with reach_servers(cluster, job.emulate) as servers:
@@ -140,7 +150,8 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
                "bytes_sent": final["bytes_sent"], "wait_s": final["wait_s"], "devices": final["devices"],
                "group_time": final["group_time"], "idle_devices": list(result.idle), "plan": plan_path,
                "planned": plan_summary(result, spec, cluster),
-               "profile": profile_path,
+               "profile": profile_path, "initial_weights": spec.source if initial_weights(spec) else None,
+               "export": final.get("export"),
                "logdir": s.logdir, "tensorboard": "tensorboard --logdir %s" % os.path.join(s.logdir, "tb")}
     with open(os.path.join(s.logdir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

@@ -181,10 +181,18 @@ def _load(path: str, mtime: float) -> tuple[ModelSpec, dict[str, np.ndarray]]:
         raise ValueError("model file %s: %s" % (path, e)) from None
 
 
+def read_spec(path: str) -> ModelSpec:
+    """The model of the ``.keras`` file at ``path``, for the images and classes it was built for.
+    Raises ValueError naming the file when it is no ``.keras`` file."""
+    if not is_keras_file(path):
+        raise ValueError("model file %s: expected a Keras model file (.keras)" % path)
+    return _load(path, os.path.getmtime(path))[0]
+
+
 def load_keras(path: str, image_shape: tuple[int, int, int], num_classes: int) -> ModelSpec:
     """The model of the ``.keras`` file at ``path`` for images of ``image_shape`` and ``num_classes``
     classes; raises ValueError naming the file when they are not what the model takes."""
-    spec, _ = _load(path, os.path.getmtime(path))
+    spec = read_spec(path)
     if spec.image_shape != tuple(image_shape) or spec.num_classes != num_classes:
         raise ValueError("model file %s: the Keras model takes %s images and gives %d classes; the dataset has %s "
                          "images and %d classes" % (path, spec.image_shape, spec.num_classes, tuple(image_shape),
@@ -197,4 +205,4 @@ def keras_weights(path: str) -> dict[str, np.ndarray]:
     return dict(_load(path, os.path.getmtime(path))[1])
 
 
-__all__ = ["KerasWeights", "is_keras_file", "keras_weights", "load_keras", "read_keras", "spec_from_keras"]
+__all__ = ["KerasWeights", "is_keras_file", "keras_weights", "load_keras", "read_keras", "read_spec", "spec_from_keras"]

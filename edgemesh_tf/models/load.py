@@ -26,7 +26,7 @@ import os
 import sys
 
 from edgemesh_tf.layers import ModelSpec, build_model, model_from_dict
-from edgemesh_tf.models.keras_in import is_keras_file, load_keras
+from edgemesh_tf.models.keras_in import is_keras_file, keras_weights, load_keras
 from edgemesh_tf.models.zoo import MODEL_NAMES, get_model
 
 
@@ -108,3 +108,9 @@ def _saved(path: str, image_shape, num_classes: int) -> ModelSpec:
         raise ValueError("model file %s: saved for %s images and %d classes; the dataset has %s and %d"
                          % (path, spec.image_shape, spec.num_classes, tuple(image_shape), num_classes))
     return spec
+
+
+def initial_weights(spec: ModelSpec) -> dict:
+    """The weights a job starts ``spec`` from, {``<layer>/<weight>``: whole tensor}: a Keras model
+    file's own (so a pre-trained model is fine-tuned); empty for any other model (its initializers)."""
+    return keras_weights(spec.source) if is_keras_file(spec.source) else {}

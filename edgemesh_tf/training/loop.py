@@ -16,6 +16,7 @@ from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
 from edgemesh_tf.layers import ModelSpec
+from edgemesh_tf.models import initial_weights
 from edgemesh_tf.training.graph import TrainGraph, build_train_graph
 
 
@@ -35,9 +36,11 @@ def _saved_variables(g: TrainGraph) -> dict:
         return {v.op.name: v for v in tf.global_variables() if v.op.name != g.global_step.op.name}
 
 
-def restore_or_init(sess: tf.Session, g: TrainGraph, checkpoint_dir: str | None) -> int:
-    """Restores the latest checkpoint in ``checkpoint_dir`` if any; returns the step to start at.
-    Errors name the checkpoint and the tensor."""
+def restore_or_init(sess: tf.Session, g: TrainGraph, checkpoint_dir: str | None,
+                    initial: dict | None = None) -> int:
+    """Restores the latest checkpoint in ``checkpoint_dir`` if any, else starts from ``initial``
+    ({name: whole tensor}, e.g. a Keras model's weights; None: the initializers'); returns the step
+    to start at. Errors name the checkpoint and the tensor."""
     prefix = checkpoint.latest(checkpoint_dir) if checkpoint_dir else None
     sess.run(g.init_op)
     if prefix:
@@ -49,6 +52,9 @@ def restore_or_init(sess: tf.Session, g: TrainGraph, checkpoint_dir: str | None)
                     prefix, name, v.shape.as_list(), list(weights[name].shape) if name in weights else "none"))
         # each variable's initializer, fed the saved value instead of its initial one
         values = [(v, weights[name]) for name, v in saved.items()] + [(g.global_step, int(state["step"]))]
+        sess.run([v.initializer for v, _ in values], {v.initializer.inputs[1]: x for v, x in values})
+    elif initial:
+        values = [(v, initial[name]) for name, v in _saved_variables(g).items() if name in initial]
         sess.run([v.initializer for v, _ in values], {v.initializer.inputs[1]: x for v, x in values})
     sess.run(g.copy_masters_to_slices)
     return int(sess.run(g.global_step))
@@ -84,7 +90,7 @@ def train(spec: ModelSpec, data: Dataset, layout: Layout, *, steps: int, batch_s
     g = build_train_graph(spec, layout, batch_size, learning_rate=learning_rate, momentum=momentum, seed=seed,
                           master_device=master_device)
     with tf.Session(session_target, graph=g.graph, config=config) as sess:
-        start = restore_or_init(sess, g, checkpoint_dir)
+        start = restore_or_init(sess, g, checkpoint_dir, initial_weights(spec))
         stream = batches(data.train_x, data.train_y, batch_size, seed)
         for _ in range(start):
             next(stream)
