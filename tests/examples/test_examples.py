@@ -2,7 +2,8 @@
 examples/my_cnn.py` reaches its target and splits a layer, examples/train_python_api.py trains a
 model of its own from Python, examples/inspect_plan.py explains a plan (from the run's saved profile;
 em.profile itself runs in train_python_api.py); and the README's "Your own
-model" snippet is a model file that loads for digits32 (32x32x1)."""
+model" snippet is a model file that loads for digits32 (32x32x1); the "Bring a Keras model" commands
+build a Keras CNN and an .npz, train it, export it and evaluate the export with plain Keras."""
 import json
 import os
 import re
@@ -121,3 +122,39 @@ def test_readme_check_command_prints_the_models_layers(tmp_path):
 def test_example_model_files_load_for_their_datasets(path, shape, dims):
     spec = load_model(os.path.join(ROOT, path), shape, 10)
     assert list(spec.split_dims()) == dims and spec.image_shape == shape
+
+
+def _keras_section() -> str:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        return f.read().split("## Bring a Keras model", 1)[1].split("\n## ", 1)[0]
+
+
+def _command(line: str) -> list[str]:
+    """A README command line as run from a scratch directory: the venv's programs as this Python."""
+    words = line.split("#", 1)[0].split()
+    head = {".venv/bin/python": [sys.executable], ".venv/bin/edgemesh": [sys.executable, "-m", "edgemesh_tf.cli.main"]}
+    return head[words[0]] + [os.path.join(ROOT, w) if w.startswith("examples/") else w for w in words[1:]]
+
+
+@pytest.mark.emulator
+@pytest.mark.subprocess
+def test_readme_keras_commands_train_export_and_evaluate_with_plain_keras(tmp_path):
+    """The README's three commands: a Keras CNN and an .npz go in, the trained model comes out as a
+    .keras file whose accuracy by plain Keras is the run's (within 0.5 points), with the same layers."""
+    section = _keras_section()
+    assert len(section.strip().splitlines()) <= 25
+    build, run, evaluate = [_command(x) for x in re.findall(r"```\n(.*?)```", section, re.S)[0].strip().splitlines()]
+    out = subprocess.run(build, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, _tail(out)
+    out = subprocess.run(run + ["--target_accuracy", "0.9", "--time_budget_s", "120", "--logdir", "run"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, _tail(out)
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["initial_weights"].endswith("out/keras_cnn.keras") and "started from the weights in" in out.stdout
+    export = summary["export"]
+    assert abs(export["keras_accuracy"] - summary["accuracy"]) <= 0.005, (export, summary["accuracy"])
+    out = subprocess.run(evaluate, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, _tail(out)
+    layers = ["images", "conv1", "bn1", "pool1", "conv2", "bn2", "relu2", "residual", "conv3", "pool3", "gap",
+              "dropout", "classes"]
+    assert "layers %s, test accuracy %.4f" % (layers, export["keras_accuracy"]) in out.stdout, out.stdout
