@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 RUN_ARGS ?=
 QUICK ?=
 
-.PHONY: install browser run test test-fast bench bench-variants bench-final bench-wifi bench-pi4 clean
+.PHONY: install browser run test test-fast bench bench-variants bench-final bench-wifi bench-pi4 bench-own-model clean
 
 $(STAMP): requirements.txt setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,10 @@ bench-wifi: install
 # The cost model of VGG-16 on the Pi-class cluster over three rounds (layouts/pi4.yaml), ~60 min, into the same report.
 bench-pi4: install
 	$(BIN)/python bench/suite.py --only planner_pi4 $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+
+# A user's model file (examples/lenet_bn.py) on pi4 against plain TF on one device, 3 seeds, ~11 min, into the same report.
+bench-own-model: install
+	$(BIN)/python bench/suite.py --only own_model $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -9,8 +9,9 @@
    accuracy the plain-TF median less one point and a ``--time_budget_s`` budget, at the same base
    learning rate and momentum; ``--lr_schedule constant`` (the default here) trains at that rate
    throughout as plain TF does, ``cosine`` is ASHL's own decay (edgemesh run's default).
-Prints one JSON object (also written to bench/results/own_model.json): each run's accuracy, the
-plain-TF median, whether each edgemesh run reached the target, what the plan split.
+Prints one JSON object (``bench/suite.py --only own_model`` records it in bench/results/own_model.json
+and bench/REPORT.md; ``make bench-own-model``): each run's accuracy, the plain-TF median, whether each
+edgemesh run reached the target, what the plan split.
 """
 import argparse
 import json
@@ -64,7 +65,7 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--time_budget_s", type=float, default=240)
     p.add_argument("--lr_schedule", default="constant", choices=["constant", "cosine"])
-    p.add_argument("--out", default=os.path.join(HERE, "results", "own_model.json"))
+    p.add_argument("--out", default="", help="also write the JSON here (bench/suite.py records it itself)")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
 
@@ -89,9 +90,9 @@ def main(argv=None):
            "all_reached": all(r["reached"] for r in runs.values()),
            "any_split": any(r["planned"]["splits"] for r in runs.values()),
            "seconds": round(time.monotonic() - t0, 1)}
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(out, f, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1)
     print(json.dumps(out))
     return 0 if out["all_reached"] else 1
 

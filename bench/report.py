@@ -16,8 +16,8 @@ from report_final import final_section
 from report_tta import tta_section, tta_variants_section
 
 ORDER = ("uneven_split", "emulation", "emulation_pi4", "planner", "edgemesh_claims", "time_to_accuracy", "faults",
-         "tta_variants", "final_accuracy", "planner_wifi", "planner_pi4")
-NOT_IN_MAKE_BENCH = ("tta_variants", "final_accuracy", "planner_wifi", "planner_pi4")  # run by their own make targets; absent is "not run"
+         "tta_variants", "final_accuracy", "planner_wifi", "planner_pi4", "own_model")
+NOT_IN_MAKE_BENCH = ("tta_variants", "final_accuracy", "planner_wifi", "planner_pi4", "own_model")  # run by their own make targets; absent is "not run"
 
 
 def load(results_dir: str) -> tuple[dict, dict]:
@@ -186,6 +186,28 @@ def uneven_section(rec, out_dir) -> tuple[str, list[str]]:
     return "\n".join(text), []
 
 
+def own_model_section(rec, out_dir) -> tuple[str, list[str]]:
+    res = result(rec)
+    text = ["## A user's own model against plain TensorFlow on one device (`make bench-own-model`)\n", _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    text.append(f"`{res['model']}` on {res['dataset']}, cluster `{res['cluster']}`. Plain TF: the same network and "
+                f"initial weights on one device, {res['epochs']} epochs of SGD with momentum; edgemesh: profile, plan "
+                f"and ASHL ({res['lr_schedule']} learning rate) to the plain-TF median less one point "
+                f"({fmt(res['target'], 4)}).\n")
+    rows = [[s, fmt(res["plain_tf_one_device"][s], 4), fmt(r["accuracy"], 4), "yes" if r["reached"] else "**no**",
+             fmt(r["time_to_target_s"], 1, " s"), fmt(r["setup_s"], 1, " s"),
+             r["planned"]["kind"] + (" (splits " + ", ".join(sorted({d for g in r["planned"]["splits"].values()
+                                                                    for d in g})) + ")"
+                                     if r["planned"]["splits"] else ", no split")]
+            for s, r in res["edgemesh"].items()]
+    text.append(table(["Seed", "Plain TF", "edgemesh final", "Target reached", "Time to target", "Set-up", "Plan"],
+                      rows) + "\n")
+    text.append(f"Medians: plain TF {fmt(res['plain_tf_median'], 4)}, edgemesh {fmt(res['edgemesh_median'], 4)} "
+                f"(the final model may end below the target it reached: commits in flight land after).\n")
+    return "\n".join(text), []
+
+
 def faults_section(rec, out_dir) -> tuple[str, list[str]]:
     res = result(rec)
     text = ["## Faults\n", _status_line(rec)]
@@ -201,7 +223,7 @@ def faults_section(rec, out_dir) -> tuple[str, list[str]]:
 
 SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, "planner": planner_section,
             "emulation": emulation_section, "uneven_split": uneven_section, "faults": faults_section,
-            "tta_variants": tta_variants_section, "final_accuracy": final_section,
+            "tta_variants": tta_variants_section, "final_accuracy": final_section, "own_model": own_model_section,
             "emulation_pi4": lambda rec, out: emulation_section(rec, out, "emulation_pi4"),
             "planner_wifi": lambda rec, out: planner_section(rec, out, "planner_wifi",
                                                              " on a shared Wi-Fi channel (`make bench-wifi`)"),
@@ -240,7 +262,7 @@ def render(results_dir: str, out_dir: str) -> str:
                 f"{fmt(make_bench_seconds(records), 0)} s = {fmt(make_bench_seconds(records) / 60, 1)} min.\n")
     body = []
     for name in ("time_to_accuracy", "tta_variants", "final_accuracy", "edgemesh_claims", "planner", "planner_pi4",
-                 "planner_wifi", "emulation", "emulation_pi4", "uneven_split", "faults"):
+                 "planner_wifi", "emulation", "emulation_pi4", "uneven_split", "faults", "own_model"):
         text, _ = SECTIONS[name](records[name], out_dir)
         body.append(text)
     failed = [r for r in records.values() if r.get("status") != "ok" and r.get("stderr_tail")]

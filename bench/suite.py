@@ -98,6 +98,11 @@ BENCHES = (
     Bench("planner_pi4", "planner.py", PI4 + ("--model", "vgg16", "--dataset", "digits32", "--batch", "32",
                                               "--steps", "5", "--repeats", "3", "--memory_models", ""),
           PI4 + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 4800),  # ~50 min at 128-bit SIMD
+    # a user's own model (a model file written from the README by a newcomer) on pi4 against the same network
+    # in plain TF on one device, ~11 min: kept out of `make bench`, run by `make bench-own-model`
+    Bench("own_model", "own_model.py", PI4 + ("--model", "examples/lenet_bn.py", "--dataset", "digits32"),
+          PI4 + ("--model", "examples/lenet_bn.py", "--dataset", "digits32", "--seeds", "0", "--epochs", "3",
+                 "--time_budget_s", "60"), 2400),
 )
 
 

@@ -288,3 +288,17 @@ def test_an_undecided_final_accuracy_check_points_to_make_bench_final(tmp_path):
     text, _ = report_tta.tta_section(rec, str(tmp_path))
     row = next(ln for ln in text.splitlines() if ln.startswith("| ashl_final_accuracy_within_1pt_of_bsp |"))
     assert "undecided: BSP never reached the target (decided against BSP converged by `make bench-final`" in row
+
+
+def test_own_model_section_shows_each_seed_against_plain_tf():
+    run = {"accuracy": 0.9567, "reached": True, "time_to_target_s": 57.0, "setup_s": 70.1,
+           "planned": {"kind": "grid", "splits": {}}}
+    split = dict(run, reached=False, planned={"kind": "hybrid", "splits": {"group0": {"fc1": {"pi1": 3, "pi2": 5}}}})
+    rec = {"name": "own_model", "status": "ok", "seconds": 656, "command": "x", "result": {
+        "model": "examples/lenet_bn.py", "dataset": "digits32", "cluster": "layouts/pi4.yaml", "epochs": 30,
+        "lr_schedule": "constant", "plain_tf_one_device": {"0": 0.9702, "1": 0.9785}, "plain_tf_median": 0.97435,
+        "target": 0.9644, "edgemesh": {"0": run, "1": split}, "edgemesh_median": 0.9567}}
+    text, _ = report.own_model_section(rec, None)
+    assert "| 0 | 0.9702 | 0.9567 | yes | 57.0 s | 70.1 s | grid, no split |" in text, text
+    assert "| 1 | 0.9785 | 0.9567 | **no** |" in text and "hybrid (splits fc1)" in text, text
+    assert "own_model" in report.NOT_IN_MAKE_BENCH and "own_model" in {b.name for b in suite.BENCHES}
