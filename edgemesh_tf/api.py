@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 from edgemesh_tf.cluster.reach import Servers, reach_servers
 from edgemesh_tf.cluster.spec import ClusterFile, load_cluster
-from edgemesh_tf.data import IMAGE_SHAPES
+from edgemesh_tf.data import dataset_shape
 from edgemesh_tf.engine import records
 from edgemesh_tf.engine.config import JobSettings, fresh_run_dir
 from edgemesh_tf.layers import ModelFn, ModelSpec, build_model
@@ -65,21 +65,22 @@ class TrainResult:
     record: dict = dataclasses.field(repr=False)
 
 
-def load_model(model: str | ModelFn | object, dataset: str = "digits", num_classes: int = 10,
+def load_model(model: str | ModelFn | object, dataset: str = "digits", num_classes: int | None = None,
                name: str | None = None) -> ModelSpec:
     """A model for ``dataset``'s images: a zoo name, a model file (``.py`` defining
     ``model(images, num_classes)``, a saved ``.json`` or a Keras ``.keras``), a model function
     itself, or a ``keras.Model`` (saved to a ``.keras`` file in a fresh temporary directory, the
-    reference a job's processes load it by; its weights are the job's start)."""
-    if dataset not in IMAGE_SHAPES:
-        raise ValueError("unknown dataset %r; expected one of %s" % (dataset, sorted(IMAGE_SHAPES)))
+    reference a job's processes load it by; its weights are the job's start). ``dataset``: a built-in
+    name, ``npz:PATH`` or ``dir:PATH`` (README: Bring your data); ``num_classes`` None: the dataset's."""
+    shape, classes = dataset_shape(dataset)
+    classes = num_classes or classes
     if _is_keras_model(model):
         path = os.path.join(tempfile.mkdtemp(prefix="edgemesh_keras_"), (name or model.name) + ".keras")
         model.save(path)
-        return _load_model(path, IMAGE_SHAPES[dataset], num_classes)
+        return _load_model(path, shape, classes)
     if callable(model):
-        return build_model(model, IMAGE_SHAPES[dataset], num_classes, name=name or getattr(model, "__name__", "model"))
-    return _load_model(model, IMAGE_SHAPES[dataset], num_classes)
+        return build_model(model, shape, classes, name=name or getattr(model, "__name__", "model"))
+    return _load_model(model, shape, classes)
 
 
 def _is_keras_model(obj) -> bool:

@@ -9,14 +9,12 @@ import json
 
 from absl import flags
 
-from edgemesh_tf.data import DATASET_NAMES
-
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file (YAML).")
-flags.DEFINE_string("model", "vgg", "The model: a zoo name (vgg, vgg_wide, resnet, vgg16, vgg_m) or a model file "
-                    "that defines model(images, num_classes).")
-flags.DEFINE_enum("dataset", "digits", list(DATASET_NAMES),
-                  "Dataset whose image shape the model takes (nothing is loaded).")
+flags.DEFINE_string("model", "vgg", "The model: a zoo name (vgg, vgg_wide, resnet, vgg16, vgg_m), a model file "
+                    "that defines model(images, num_classes), or a Keras model file (.keras).")
+flags.DEFINE_string("dataset", "digits", "Dataset whose image shape the model takes: a built-in one (nothing is "
+                    "loaded), npz:FILE or dir:FOLDER (read for its shape).")
 flags.DEFINE_integer("batch", 32, "Examples per device step.", lower_bound=1)
 flags.DEFINE_integer("repeats", 5, "Timed repeats per measurement.", lower_bound=3)
 flags.DEFINE_bool("emulate", True, "Start the emulated testbed for the cluster file.")
@@ -28,7 +26,7 @@ def main(argv):
         raise SystemExit("edgemesh profile: unexpected arguments %s" % argv[1:])
     import os
 
-    from edgemesh_tf.data import IMAGE_SHAPES
+    from edgemesh_tf.data import dataset_shape
     from edgemesh_tf.cluster import load_cluster
     from edgemesh_tf.models import load_model
     from edgemesh_tf.planner.calibrate import steps_to_time
@@ -36,7 +34,7 @@ def main(argv):
     from edgemesh_tf.profiling.types import save_profile
 
     try:
-        spec = load_model(FLAGS.model, IMAGE_SHAPES[FLAGS.dataset], 10)
+        spec = load_model(FLAGS.model, *dataset_shape(FLAGS.dataset))
         cluster = load_cluster(FLAGS.cluster)
         profile = profile_cluster(cluster, spec, FLAGS.batch, emulate=FLAGS.emulate, repeats=FLAGS.repeats,
                                   **steps_to_time(budgets(cluster), spec, FLAGS.batch))

@@ -21,7 +21,7 @@ import time
 import typing
 from typing import Any, Callable, Mapping
 
-from edgemesh_tf.data import DATASET_NAMES
+from edgemesh_tf.data import absolute_dataset_name, check_dataset_name
 from edgemesh_tf.models import check_model_ref
 
 STRATEGIES = ("bsp", "asp", "ssp", "local_sgd", "adsp", "ashl")
@@ -93,6 +93,13 @@ def _model_ref(name, v) -> str | None:
     try:
         check_model_ref(v)
     except (ValueError, TypeError) as e:
+        return "%s: %s" % (name, e)
+
+
+def _dataset_name(name, v) -> str | None:
+    try:
+        check_dataset_name(v)
+    except ValueError as e:
         return "%s: %s" % (name, e)
 
 
@@ -238,8 +245,10 @@ class JobSettings:
                          "saved Keras model, FILE.keras (README: Bring a Keras model; training starts from its "
                          "weights).",
                          check=_model_ref)
-    dataset: str = setting("digits", "Dataset (digits is built in; cifar10 and mnist are read from --data_path).",
-                           choices=DATASET_NAMES)
+    dataset: str = setting("digits", "Dataset: built in (digits, digits32, synthetic), read from --data_path "
+                           "(cifar10, mnist), or your own: npz:FILE (arrays x_train, y_train, x_test, y_test) or "
+                           "dir:FOLDER (one sub-folder of images per class; README: Bring your data).",
+                           check=_dataset_name)
     data_path: str | None = setting(None, "Directory holding the cifar10 / mnist files (nothing is downloaded).")
     learning_rate: float = setting(0.02, "SGD learning rate (each group's local SGD).", check=non_negative())
     momentum: float = setting(0.9, "Momentum of the local SGD.", check=non_negative())
@@ -300,6 +309,7 @@ class JobSettings:
             raise FieldError(type(self), "sync", "sync must be a SyncConfig, got %r" % (self.sync,))
         validate(self)
         object.__setattr__(self, "model", check_model_ref(self.model))  # a file: its absolute path, for every process
+        object.__setattr__(self, "dataset", absolute_dataset_name(self.dataset))  # npz:/dir: likewise
 
     def settings_dict(self) -> dict:
         """The JobSettings fields of this object (also of a JobConfig), as keyword arguments."""
