@@ -16,6 +16,8 @@ setup(
         "PyYAML",
         "scikit-learn",
         "matplotlib",
+        "pillow",
+        "h5py",
     ],
     entry_points={"console_scripts": ["edgemesh=edgemesh_tf.cli.main:run"]},
 )

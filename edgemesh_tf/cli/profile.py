@@ -13,8 +13,9 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file (YAML).")
 flags.DEFINE_string("model", "vgg", "The model: a zoo name (vgg, vgg_wide, resnet, vgg16, vgg_m), a model file "
                     "that defines model(images, num_classes), or a Keras model file (.keras).")
-flags.DEFINE_string("dataset", "digits", "Dataset whose image shape the model takes: a built-in one (nothing is "
-                    "loaded), npz:FILE or dir:FOLDER (read for its shape).")
+flags.DEFINE_string("dataset", "digits", "Dataset whose image shape and classes the model takes (no image is "
+                    "loaded): a built-in one, npz:FILE (its arrays' headers and labels are read) or "
+                    "dir:FOLDER[?options] (its images' headers are read; README: Bring your data).")
 flags.DEFINE_integer("batch", 32, "Examples per device step.", lower_bound=1)
 flags.DEFINE_integer("repeats", 5, "Timed repeats per measurement.", lower_bound=3)
 flags.DEFINE_bool("emulate", True, "Start the emulated testbed for the cluster file.")
@@ -27,6 +28,12 @@ def main(argv):
     import os
 
     from edgemesh_tf.data import dataset_shape
+
+    try:  # a bad dataset name or file is named before TensorFlow is imported
+        image_shape, num_classes = dataset_shape(FLAGS.dataset)
+    except ValueError as e:
+        raise SystemExit("edgemesh profile: --dataset: %s" % e)
+
     from edgemesh_tf.cluster import load_cluster
     from edgemesh_tf.models import load_model
     from edgemesh_tf.planner.calibrate import steps_to_time
@@ -34,7 +41,7 @@ def main(argv):
     from edgemesh_tf.profiling.types import save_profile
 
     try:
-        spec = load_model(FLAGS.model, *dataset_shape(FLAGS.dataset))
+        spec = load_model(FLAGS.model, image_shape, num_classes)
         cluster = load_cluster(FLAGS.cluster)
         profile = profile_cluster(cluster, spec, FLAGS.batch, emulate=FLAGS.emulate, repeats=FLAGS.repeats,
                                   **steps_to_time(budgets(cluster), spec, FLAGS.batch))

@@ -1,6 +1,7 @@
 """`edgemesh run`: the main job on the built-in default (what `make run` starts).
 
-    edgemesh run [--cluster layouts/pi4.yaml] [--model vgg_wide] [--dataset digits --data_path DIR]
+    edgemesh run [--cluster layouts/pi4.yaml] [--model vgg_wide] [--dataset cifar10 --data_path DIR]
+                 [--dataset npz:FILE | dir:FOLDER]  (your own data: README, Bring your data)
                  [--sync ashl] [--target_accuracy 0.97] [--time_budget_s 240] [--logdir runs/run-...]
 
 Starts the emulated testbed of the cluster file, profiles the devices, plans the layout (written to

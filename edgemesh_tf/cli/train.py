@@ -99,6 +99,12 @@ def hybrid_job_from_flags() -> hybrid.HybridJob:
 def single_layout_from_flags() -> SingleLayout:
     """Single-layout training's arguments from the flags, nothing loaded or started."""
     _check_mode(hybrid_mode=False)
+    from edgemesh_tf.data import check_dataset_name  # no TensorFlow
+
+    try:
+        check_dataset_name(FLAGS.dataset)
+    except ValueError as e:
+        raise ValueError("--dataset: %s" % e) from None
     kwargs = dict(steps=FLAGS.steps, batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
                   momentum=FLAGS.momentum, seed=FLAGS.seed, checkpoint_dir=FLAGS.checkpoint_dir,
                   checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every,

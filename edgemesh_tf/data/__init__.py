@@ -2,8 +2,12 @@
 
 `load_dataset(name, path=None, **kw)` returns a `Dataset`: float32 NHWC images in [0, 1] and
 int32 labels. `name` is a built-in dataset or the user's own data: `npz:PATH` (arrays x_train,
-y_train, x_test, y_test: `npz.py`) or `dir:PATH` (a folder of class folders of images: `image_dir.py`;
-options after a `?`: `dir:photos?image_size=32x32&test_fraction=0.1&color_mode=grayscale&seed=1`). `batches(x, y, batch_size, seed)` streams shuffled full batches forever;
+y_train, x_test, y_test: `npz.py`) or `dir:PATH` (a folder of class folders of images:
+`image_dir.py`; its options as keyword arguments, `load_dataset("dir:photos", image_size=(32, 32))`,
+or, where only a name fits (a flag, a config), after a `?`:
+`dir:photos?image_size=32x32&test_fraction=0.1&color_mode=grayscale&seed=1`; `dir:PATH` alone takes
+the defaults). `image_shape_of(name)` and `num_classes_of(name)` size a model without loading the
+images. `batches(x, y, batch_size, seed)` streams shuffled full batches forever;
 `padded_batches(x, y, batch_size)` yields every example once, in order, for evaluation.
 """
 from __future__ import annotations
@@ -15,9 +19,9 @@ from edgemesh_tf.data.dataset import Dataset, batches, padded_batches
 from edgemesh_tf.data.digits import digits
 from edgemesh_tf.data.digits32 import digits32
 from edgemesh_tf.data.errors import DatasetError
-from edgemesh_tf.data.image_dir import image_dir_dataset
+from edgemesh_tf.data.image_dir import image_dir_dataset, image_dir_shape
 from edgemesh_tf.data.mnist import mnist
-from edgemesh_tf.data.npz import npz_dataset
+from edgemesh_tf.data.npz import npz_dataset, npz_shape
 from edgemesh_tf.data.synthetic import synthetic
 
 _BUILTIN = {"digits": digits, "digits32": digits32, "synthetic": synthetic}  # generated or shipped: take no path
@@ -28,10 +32,29 @@ IMAGE_SHAPES = {"digits": (8, 8, 1), "digits32": (32, 32, 1), "mnist": (28, 28, 
 """(H, W, C) of each dataset's images (synthetic: its default), for sizing a model without loading data."""
 USER_DATA = {"npz": npz_dataset, "dir": image_dir_dataset}
 """The user's own data: ``npz:PATH`` and ``dir:PATH``."""
+_USER_SHAPES = {"npz": npz_shape, "dir": image_dir_shape}  # ((H, W, C), classes) without loading the images
 
 
-_DIR_OPTIONS = {"image_size": lambda v: tuple(int(x) for x in v.lower().split("x")), "test_fraction": float,
-                "color_mode": str, "seed": int}
+def _size(v: str) -> tuple[int, int]:
+    h, w = (int(x) for x in v.lower().split("x"))  # ValueError unless HxW
+    if min(h, w) < 1:
+        raise ValueError(v)
+    return h, w
+
+
+def _fraction(v: str) -> float:
+    if not 0.0 < float(v) < 1.0:
+        raise ValueError(v)
+    return float(v)
+
+
+def _color(v: str) -> str:
+    if v not in ("rgb", "grayscale"):
+        raise ValueError(v)
+    return v
+
+
+_DIR_OPTIONS = {"image_size": _size, "test_fraction": _fraction, "color_mode": _color, "seed": int}
 
 
 def _user(name: str):
@@ -50,8 +73,9 @@ def _options(name: str, path: str) -> tuple[str, dict]:
         try:
             options[key] = _DIR_OPTIONS[key](value)
         except ValueError:
-            raise ValueError("dataset %r: option %s=%r is not valid (e.g. image_size=32x32, test_fraction=0.1, "
-                             "color_mode=grayscale, seed=1)" % (name, key, value)) from None
+            raise ValueError("dataset %r: option %s=%r is not valid; expected image_size=HxW (e.g. 32x32), "
+                             "test_fraction in (0, 1), color_mode=rgb or grayscale, seed=an integer"
+                             % (name, key, value)) from None
     return path, options
 
 
@@ -64,8 +88,10 @@ def check_dataset_name(name: str) -> str:
     if loader is not None:
         _options(name, path)
     if loader is None and name.strip().lower() not in DATASET_NAMES:
+        hint = ("; did you mean npz:%s?" % name if name.lower().endswith(".npz") else
+                "; did you mean dir:%s?" % name if os.path.isdir(name) else "")
         raise ValueError("unknown dataset %r; expected one of %s, npz:PATH (arrays x_train, y_train, x_test, y_test) "
-                         "or dir:PATH (one folder of images per class)" % (name, ", ".join(DATASET_NAMES)))
+                         "or dir:PATH (one folder of images per class)%s" % (name, ", ".join(DATASET_NAMES), hint))
     return name
 
 
@@ -79,14 +105,33 @@ def absolute_dataset_name(name: str) -> str:
     return "%s:%s%s%s" % (name.partition(":")[0], os.path.abspath(path), sep, query)
 
 
-def dataset_shape(name: str, path: str | os.PathLike | None = None) -> tuple[tuple[int, int, int], int]:
-    """((H, W, C), number of classes) of dataset ``name``: a built-in one's without loading it
-    (10 classes), the user's data's by reading it."""
+def dataset_shape(name: str, path: str | os.PathLike | None = None, **kw) -> tuple[tuple[int, int, int], int]:
+    """((H, W, C), number of classes) of dataset ``name`` without loading its images: a built-in
+    one's from IMAGE_SHAPES (10 classes; synthetic's ``image_shape=``/``num_classes=`` in ``kw``),
+    ``npz:PATH``'s from the arrays' headers and the labels, ``dir:PATH``'s from the folder listing and
+    the image headers (``kw``: the options of ``load_dataset``). Raises as ``load_dataset`` does
+    for a bad name or file (the image values are checked when loading)."""
     check_dataset_name(name)
-    if _user(name)[0] is None and name.strip().lower() in IMAGE_SHAPES:
-        return IMAGE_SHAPES[name.strip().lower()], 10
-    data = load_dataset(name, path)
-    return data.image_shape, data.num_classes
+    prefix = name.partition(":")[0]
+    if _user(name)[0] is not None:
+        if path is not None:
+            raise ValueError(f"dataset {name!r} takes its path after the colon, not path= (got {os.fspath(path)!r})")
+        user_path, options = _options(name, name.partition(":")[2])
+        return _USER_SHAPES[prefix](user_path, **{**options, **kw})
+    key = name.strip().lower()
+    if key == "synthetic":
+        return tuple(kw.get("image_shape", IMAGE_SHAPES[key])), int(kw.get("num_classes", 10))
+    return IMAGE_SHAPES[key], 10
+
+
+def image_shape_of(name: str, path: str | os.PathLike | None = None, **kw) -> tuple[int, int, int]:
+    """(H, W, C) of dataset ``name``'s images, without loading them (see ``dataset_shape``)."""
+    return dataset_shape(name, path, **kw)[0]
+
+
+def num_classes_of(name: str, path: str | os.PathLike | None = None, **kw) -> int:
+    """The number of classes of dataset ``name``, without loading its images (see ``dataset_shape``)."""
+    return dataset_shape(name, path, **kw)[1]
 
 
 def load_dataset(name: str, path: str | os.PathLike | None = None, **kw) -> Dataset:
@@ -116,6 +161,7 @@ def load_dataset(name: str, path: str | os.PathLike | None = None, **kw) -> Data
     raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASET_NAMES)}")
 
 
-__all__ = ["DATASET_NAMES", "IMAGE_SHAPES", "Dataset", "DatasetError", "absolute_dataset_name", "batches", "check_dataset_name", "cifar10",
-           "dataset_shape", "digits", "digits32", "image_dir_dataset", "load_dataset", "mnist", "npz_dataset",
+__all__ = ["DATASET_NAMES", "IMAGE_SHAPES", "Dataset", "DatasetError", "absolute_dataset_name", "batches",
+           "check_dataset_name", "cifar10", "dataset_shape", "digits", "digits32", "image_dir_dataset",
+           "image_dir_shape", "image_shape_of", "load_dataset", "mnist", "npz_dataset", "npz_shape", "num_classes_of",
            "padded_batches", "synthetic"]

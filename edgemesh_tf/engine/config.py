@@ -247,7 +247,9 @@ class JobSettings:
                          check=_model_ref)
     dataset: str = setting("digits", "Dataset: built in (digits, digits32, synthetic), read from --data_path "
                            "(cifar10, mnist), or your own: npz:FILE (arrays x_train, y_train, x_test, y_test) or "
-                           "dir:FOLDER (one sub-folder of images per class; README: Bring your data).",
+                           "dir:FOLDER (one sub-folder of images per class; options after a '?', e.g. "
+                           "dir:FOLDER?image_size=32x32&test_fraction=0.2&color_mode=grayscale&seed=0; README: Bring "
+                           "your data).",
                            check=_dataset_name)
     data_path: str | None = setting(None, "Directory holding the cifar10 / mnist files (nothing is downloaded).")
     learning_rate: float = setting(0.02, "SGD learning rate (each group's local SGD).", check=non_negative())

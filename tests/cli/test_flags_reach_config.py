@@ -53,6 +53,8 @@ def _other_value(flag, tmp):
     files = {"cluster": "layouts/edge2.yaml", "layout": os.path.join(tmp, "plan.yaml"),
              "profile": os.path.join(tmp, "profile.json"), "model": os.path.join(ROOT, "examples", "my_cnn.py")}
     kind, d = flag.parser.flag_type(), flag.default
+    if flag.name == "dataset":  # a string whose value is checked (a dataset name): another built-in one
+        return "--dataset=digits32", "digits32"
     if flag.name in files:
         v = files[flag.name]
     elif kind == "bool":

@@ -29,7 +29,7 @@ def _tail(out) -> str:
 def my_cnn_run(tmp_path_factory):
     logdir = str(tmp_path_factory.mktemp("my_cnn") / "run")
     out = _python("-m", "edgemesh_tf.cli.main", "run", "--model", "examples/my_cnn.py", "--logdir", logdir,
-                  "--time_budget_s", "120")
+                  "--time_budget_s", "120", "--target_accuracy", "0.9")
     return logdir, out
 
 
@@ -146,7 +146,8 @@ def test_readme_keras_commands_train_export_and_evaluate_with_plain_keras(tmp_pa
     build, run, evaluate = [_command(x) for x in re.findall(r"```\n(.*?)```", section, re.S)[0].strip().splitlines()]
     out = subprocess.run(build, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, _tail(out)
-    out = subprocess.run(run + ["--target_accuracy", "0.9", "--time_budget_s", "120", "--logdir", "run"],
+    out = subprocess.run(run + ["--target_accuracy", "0.8", "--time_budget_s", "60", "--logdir", "run",
+                                "--cluster", os.path.join(ROOT, "layouts", "pi4.yaml")],
                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, _tail(out)
     summary = json.loads(out.stdout.strip().splitlines()[-1])

@@ -8,27 +8,16 @@ mtf with the file's weights, and both equal Keras within 1e-5. The error tests r
 configs, without TensorFlow.
 """
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from edgemesh_tf.models.keras_in import keras_weights, load_keras, spec_from_keras
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = ("conv_valid5_relu", "conv_same_stride2_rect", "conv_dilated_nobias", "depthwise", "pools", "avg_same",
          "batch_norm_relu_softmax", "residual_concat", "dropout_activation", "relu6_softmax_layer", "sequential")
 pytestmark = [pytest.mark.subprocess]
 SOFTMAX_OUT = {"batch_norm_relu_softmax", "dropout_activation", "relu6_softmax_layer", "sequential"}
-
-
-@pytest.fixture(scope="module")
-def keras_dir(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("keras_cases"))
-    subprocess.run([sys.executable, os.path.join(HERE, "keras_cases.py"), out], check=True, timeout=300,
-                   capture_output=True)
-    return out
 
 
 def _softmax(z):

@@ -19,7 +19,6 @@ from edgemesh_tf.models.keras_out import check_exportable
 
 pytestmark = [pytest.mark.subprocess]
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-HERE = os.path.dirname(os.path.abspath(__file__))
 PREDICT = ("import sys, numpy as np, keras; m = keras.models.load_model(sys.argv[1]); "
            "np.save(sys.argv[3], m.predict(np.load(sys.argv[2]), verbose=0))")
 
@@ -63,10 +62,8 @@ def test_a_mesh_api_model_goes_out_as_keras_that_predicts_what_it_predicts(tmp_p
     np.testing.assert_allclose(_keras_predict(out["keras"], x, tmp_path), want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_keras_model_goes_out_with_its_layers_names_and_the_trained_weights(tmp_path):
-    subprocess.run([sys.executable, os.path.join(HERE, "keras_cases.py"), str(tmp_path / "cases")], check=True,
-                   timeout=300, capture_output=True)
-    path = str(tmp_path / "cases" / "batch_norm_relu_softmax.keras")
+def test_a_keras_model_goes_out_with_its_layers_names_and_the_trained_weights(tmp_path, keras_dir):
+    path = os.path.join(keras_dir, "batch_norm_relu_softmax.keras")
     spec = load_model(path, (8, 8, 2), 3)
     _, before = read_keras(path)
     trained = {"%s/%s" % (layer, n): a + 1.0 for layer, arrays in before.items()
