@@ -58,10 +58,12 @@ class Chief:
     def __init__(self, cfg: JobConfig, target: str, emit: Callable[[records.Record], None] = lambda rec: None,
                  exited_groups: Callable[[], dict] = dict, wait_groups: Callable[[float], None] = lambda t: None,
                  rejoin: Callable[[dict, float], list] = lambda lost, t: [],
-                 before_start: Callable[[], None] = lambda: None, after_stop: Callable[[], None] = lambda: None):
+                 before_start: Callable[[], None] = lambda: None, after_stop: Callable[[], None] = lambda: None,
+                 check_servers: Callable[[], None] = lambda: None):
         self.cfg, self.target = cfg, target
         self.exited_groups, self.wait_groups, self.rejoin = exited_groups, wait_groups, rejoin
         self.before_start = before_start  # called once every group is ready, before the clock starts
+        self.check_servers = check_servers  # raises RuntimeError naming a device whose server exited (the testbed's)
         self.after_stop = after_stop  # called once the global model at the stop is pulled: nothing after is measured
         self.stop_request = self.t0 = None  # why to stop (str); monotonic s training began
         self._replica = ReplicaLocks()  # evaluations (a thread) and checkpoints
@@ -230,6 +232,10 @@ class Chief:
     def _wait_for_groups(self, sess) -> None:
         deadline = time.monotonic() + self.cfg.startup_timeout_s
         while True:
+            try:  # a server killed while its group sets up (past its memory budget) would leave this wait idle
+                self.check_servers()
+            except RuntimeError as e:
+                raise RuntimeError("chief: a device's server died while the groups started: %s" % e) from None
             exited = self.exited_groups()
             if exited:
                 raise RuntimeError("chief: group(s) failed to start: " + "; ".join(

@@ -192,7 +192,8 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
         rejoiner = Rejoiner(cfg, groups, servers.launch, servers.addresses)
         try:
             chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait,
-                          rejoin=rejoiner.tick, before_start=restore, after_stop=lift)
+                          rejoin=rejoiner.tick, before_start=restore, after_stop=lift,
+                          check_servers=servers.testbed.check if servers.testbed is not None else lambda: None)
             with _stop_on_sigterm(chief):
                 final = chief.run()
         finally:  # the chief already waited for them to leave; a group still running now is stuck (or the chief failed)

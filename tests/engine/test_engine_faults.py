@@ -80,6 +80,21 @@ def test_device_killed_is_declared_lost_and_the_other_group_trains_on(edge2, tmp
     assert final["group_exit_codes"]["fast"] == 0 and final["group_exit_codes"]["slow"] != 0
 
 
+def test_a_server_dead_before_its_group_connects_is_named_at_once(edge2, tmp_path):
+    """A device's server killed before the job (as the kernel does past its memory budget while the
+    group builds its graph) stops the start-up wait naming the device, not after startup_timeout_s."""
+    cluster, em = edge2
+    os.kill(em.devices["slow"].pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=r"server died while the groups started: .*slow \(pid"):
+            run_job(_cfg(cluster, str(tmp_path), SyncConfig(strategy="asp"), startup_timeout_s=120.0), cluster,
+                    testbed=em, fast_setup=True)
+    finally:
+        em.restart_dead()
+    assert time.monotonic() - t0 < 60
+
+
 def test_ps_killed_stops_the_job_naming_the_ps_then_restart_resumes(edge2, tmp_path):
     cluster, em = edge2
     logdir = str(tmp_path)
