@@ -15,3 +15,4 @@ def keras_dir(tmp_path_factory):
     subprocess.run([sys.executable, os.path.join(HERE, "keras_cases.py"), out], check=True, timeout=300,
                    capture_output=True)
     return out
+

@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 
+from model_eval import plain_logits
 from edgemesh_tf.models.keras_in import keras_weights, load_keras, spec_from_keras
 
 CASES = ("conv_valid5_relu", "conv_same_stride2_rect", "conv_dilated_nobias", "depthwise", "pools", "avg_same",
@@ -31,19 +32,10 @@ def _predict(spec, weights, x, split: bool):
     from edgemesh_tf.mesh.build import session_config
     from edgemesh_tf.mesh.compat import tf
     from edgemesh_tf.mesh.layout import local_devices, split_layout
-    from edgemesh_tf.models.plain_tf import PlainModel
     from edgemesh_tf.training.graph import build_train_graph
 
     if not split:
-        with tf.Graph().as_default() as g:
-            images = tf.placeholder(tf.float32, [len(x), *spec.image_shape])
-            model = PlainModel(spec, seed=0)
-            logits = model.logits(images, training=False)
-            with tf.Session(graph=g) as sess:
-                sess.run(tf.variables_initializer(list(model.variables.values())))
-                for name, v in model.variables.items():
-                    v.load(weights[name], sess)
-                return sess.run(logits, {images: x})
+        return plain_logits(spec, x, weights)[0]
     shares = {dim: (n - n // 2 - n // 4, n // 4, n // 2) if n >= 4 else (n,) for dim, n in spec.split_dims().items()}
     layout = split_layout({d: s for d, s in shares.items() if len(s) == 3 and min(s) > 0}, local_devices(3))
     g = build_train_graph(spec, layout, len(x), learning_rate=0.0, momentum=0.0, seed=0)

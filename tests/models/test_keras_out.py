@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from model_eval import plain_logits
 from edgemesh_tf.engine import checkpoint
 from edgemesh_tf.engine.export import export_run
 from edgemesh_tf.layers import build_model
@@ -30,31 +31,14 @@ def _keras_predict(model_path, x, tmp_path):
     return np.load(tmp_path / "y.npy")
 
 
-def _plain(spec, x, weights=None):
-    """(evaluation logits of ``spec`` on ``x``, the weights used): ``weights``, or the initializers'."""
-    from edgemesh_tf.mesh.compat import tf
-    from edgemesh_tf.models.plain_tf import PlainModel
-
-    with tf.Graph().as_default() as g:
-        images = tf.placeholder(tf.float32, [len(x), *spec.image_shape])
-        model = PlainModel(spec, seed=3)
-        logits = model.logits(images, training=False)
-        with tf.Session(graph=g) as sess:
-            sess.run(tf.variables_initializer(list(model.variables.values())))
-            for n, v in model.variables.items():
-                if weights is not None:
-                    v.load(weights[n], sess)
-            return sess.run(logits, {images: x}), sess.run(dict(model.variables))
-
-
 def test_a_mesh_api_model_goes_out_as_keras_that_predicts_what_it_predicts(tmp_path):
     spec = load_model(os.path.join(ROOT, "examples", "lenet_bn.py"), (32, 32, 1), 10)
     x = np.random.RandomState(0).rand(4, 32, 32, 1).astype(np.float32)
     rng = np.random.RandomState(1)
-    _, initial = _plain(spec, x)
+    _, initial = plain_logits(spec, x)
     weights = {n: (v + (0.5 if "moving_variance" in n else 0.05 * rng.standard_normal(v.shape))).astype(np.float32)
                for n, v in initial.items()}   # as if trained: every tensor moved, the moving statistics too
-    want, _ = _plain(spec, x, weights)
+    want, _ = plain_logits(spec, x, weights)
     checkpoint.save(str(tmp_path / "run" / "checkpoints"), weights, {})
     out = export_run(spec.source, "digits32", None, str(tmp_path / "run"), str(tmp_path / "export"))
     assert os.path.isfile(out["keras"]) and os.path.isfile(os.path.join(out["saved_model"], "saved_model.pb"))
