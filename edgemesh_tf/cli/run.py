@@ -70,8 +70,11 @@ def summary_text(s: dict) -> str:
             100 * t["other_s"] / total))
     lines.append("layout: %s   profile: %s   summary: %s" % (s["plan"], s["profile"],
                                                             os.path.join(s["logdir"], "summary.json")))
-    if s.get("export"):
-        e = s["export"]
+    e = s.get("export")
+    if e and "error" in e:
+        lines.append("not exported: %s (the trained model is in %s)" % (
+            e["error"], os.path.join(s["logdir"], "final_model")))
+    elif e:
         lines.append("exported: %s (test accuracy by plain Keras %.4f), SavedModel %s" % (
             e["keras"], e["keras_accuracy"], e["saved_model"]))
     lines.append(s["tensorboard"])

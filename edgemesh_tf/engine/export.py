@@ -21,7 +21,8 @@ from edgemesh_tf.engine import checkpoint
 def export_run(model: str, dataset: str | None, data_path: str | None, logdir: str, export_dir: str,
                timeout_s: float = 300.0) -> dict:
     """Exports the run at ``logdir`` of ``model`` (the job's model reference) to ``export_dir`` and
-    evaluates it on ``dataset``'s test set (None: no evaluation; a ``.keras`` model only). Raises RuntimeError naming the checkpoint and the export's last error line when it fails, or
+    evaluates it on ``dataset``'s test set (None: no evaluation; a ``.keras`` model only). Raises
+    RuntimeError naming the checkpoint and the export's last error line when it fails, or
     TimeoutError after ``timeout_s``."""
     prefix = checkpoint.latest(os.path.join(logdir, checkpoint.FINAL_MODEL)) or checkpoint.latest(
         os.path.join(logdir, "checkpoints"))

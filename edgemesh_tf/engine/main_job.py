@@ -98,8 +98,9 @@ def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: Sync
 def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, servers, emulate: bool,
                   emit: Callable[[records.Record], None] = lambda rec: None, **wiring) -> dict:
     """Hybrid training of the plan at ``plan_path`` on reached ``servers`` with ``settings``;
-    returns the chief's final record (``engine.job.run_job``), with ``export`` (``engine.export``)
-    when ``settings.export_dir`` is set. wiring: device_info, profile_path."""
+    returns the chief's final record (``engine.job.run_job``), with ``export`` (``engine.export``'s
+    result, or {"error": why} when the export failed) when ``settings.export_dir`` is set. wiring:
+    device_info, profile_path."""
     from edgemesh_tf.engine.job import groups_of_plan, job_config, run_job
     from edgemesh_tf.planner import load_plan
 
@@ -109,8 +110,12 @@ def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, se
     if settings.export_dir:
         from edgemesh_tf.engine.export import export_run
 
-        final = dict(final, export=export_run(settings.model, settings.dataset, settings.data_path, settings.logdir,
-                                              settings.export_dir, timeout_s=settings.startup_timeout_s))
+        try:
+            export = export_run(settings.model, settings.dataset, settings.data_path, settings.logdir,
+                                settings.export_dir, timeout_s=settings.startup_timeout_s)
+        except (RuntimeError, TimeoutError) as e:  # the trained model stays in <logdir>/final_model
+            export = {"error": str(e)}
+        final = dict(final, export=export)
     return final
 
 

@@ -69,9 +69,8 @@ def read_keras(path: str) -> tuple[dict, KerasWeights]:
     return config, weights
 
 
-def _producers(layer: dict, sequential_previous: str | None) -> list[str]:
-    if sequential_previous is not None:
-        return [sequential_previous]
+def _producers(layer: dict) -> list[str]:
+    """The names of the layers a Functional model's ``layer`` reads."""
     nodes = layer.get("inbound_nodes") or []
     if len(nodes) != 1:
         raise Unsupported("it is called %d times (a shared layer); every layer must be called once" % len(nodes))
@@ -126,8 +125,8 @@ def _model_fn(model: dict):
             try:
                 if cls in ("Sequential", "Functional", "Model"):
                     raise Unsupported("a nested model; build the model from layers")
-                names = _producers(layer, (last.layer if last is not None else None) if sequential else None)
-                inputs = [tensors[n] if n in tensors else images for n in names]
+                inputs = [last if last is not None else images] if sequential else [
+                    tensors[n] for n in _producers(layer)]
                 if cfg["name"] == output and _is_softmax(cls, cfg):
                     tensors[cfg["name"]] = last = inputs[0]   # the logits are the spec's output
                     continue

@@ -85,3 +85,13 @@ def test_a_file_that_is_not_a_keras_model_is_named(tmp_path):
     bad.write_text("not a zip")
     with pytest.raises(ValueError, match="model file .*model.keras: not a Keras 3 model file"):
         load_keras(str(bad), (8, 8, 1), 3)
+
+
+def test_a_sequential_model_without_an_input_layer_reads_its_build_shape():
+    layers = [{"class_name": "Conv2D", "config": dict(CONV, name="c1")},
+              {"class_name": "Flatten", "config": {"name": "flatten"}},
+              {"class_name": "Dense", "config": {"name": "logits", "units": 3, "activation": "softmax"}}]
+    model = {"class_name": "Sequential", "config": {"name": "s", "layers": layers, "build_input_shape": [None, 6, 6, 2]}}
+    spec, _ = spec_from_keras(model, {"c1": [np.zeros((3, 3, 2, 4)), np.zeros(4)],
+                                      "logits": [np.zeros((144, 3)), np.zeros(3)]}, "s")
+    assert spec.image_shape == (6, 6, 2) and [x.inputs for x in spec.layers] == [("input",), ("c1",), ("flatten",)]
