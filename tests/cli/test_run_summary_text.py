@@ -21,4 +21,4 @@ def test_the_summary_names_the_start_weights_and_the_export():
 def test_a_failed_export_says_why_and_where_the_trained_model_is():
     text = summary_text(dict(SUMMARY, initial_weights=None, export={"error": "export of x to y failed: disk full"}))
     assert "not exported: export of x to y failed: disk full (the trained model is in run/final_model)" in text
-    assert "started from" not in text and "exported:" not in text
+    assert "started from" not in text and "\nexported:" not in text
