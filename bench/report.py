@@ -203,8 +203,9 @@ def own_model_section(rec, out_dir) -> tuple[str, list[str]]:
             for s, r in res["edgemesh"].items()]
     text.append(table(["Seed", "Plain TF", "edgemesh final", "Target reached", "Time to target", "Set-up", "Plan"],
                       rows) + "\n")
+    judged = res.get("target_judged_on", "each evaluation's fixed 1,000-image subset")
     text.append(f"Medians: plain TF {fmt(res['plain_tf_median'], 4)}, edgemesh {fmt(res['edgemesh_median'], 4)} "
-                f"(the target is judged on each evaluation's fixed 1,000-image subset, the final accuracy on the whole test set after the commits in flight land, so a run may end below the target it reached).\n")
+                f"(the target is judged on {judged}, the final accuracy on the whole test set after the commits in flight land, so a run may end below the target it reached).\n")
     return "\n".join(text), []
 
 
