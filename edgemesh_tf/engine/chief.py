@@ -23,7 +23,8 @@ import numpy as np
 
 from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.data import load_dataset
-from edgemesh_tf.engine import checkpoint, decide, records
+from edgemesh_tf.engine import decide, records
+from edgemesh_tf.training import checkpoint
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.evaluator import Evaluator, ReplicaLocks, evaluate, held_out_indices
 from edgemesh_tf.engine.graph import build_replica_graph

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-from edgemesh_tf.engine import checkpoint
+from edgemesh_tf.training import checkpoint
 
 
 def export_run(model: str, dataset: str | None, data_path: str | None, logdir: str, export_dir: str,

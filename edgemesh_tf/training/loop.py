@@ -1,6 +1,6 @@
 """Training in one process over local CPU devices under any layout, with checkpoint and resume.
 
-Checkpoints are `engine/checkpoint.py`'s (whole tensors by name, the hybrid chief's format): the
+Checkpoints are `training/checkpoint.py`'s (whole tensors by name, the hybrid chief's format): the
 master weights and momentum buffers, with the global step in the state."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 
 from edgemesh_tf.data import Dataset, batches, padded_batches
-from edgemesh_tf.engine import checkpoint
+from edgemesh_tf.training import checkpoint
 from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from edgemesh_tf.data import load_dataset
-from edgemesh_tf.engine import checkpoint, records, rules
+from edgemesh_tf.engine import records, rules
+from edgemesh_tf.training import checkpoint
 from edgemesh_tf.engine.config import GroupSpec, SyncConfig
 from edgemesh_tf.engine.group import shard_stream
 from edgemesh_tf.engine.job import job_config, run_job

@@ -11,7 +11,8 @@ import pytest
 
 from edgemesh_tf.cluster import emulated_cluster, netns
 from edgemesh_tf.cluster.spec import load_cluster
-from edgemesh_tf.engine import checkpoint, records
+from edgemesh_tf.engine import records
+from edgemesh_tf.training import checkpoint
 from edgemesh_tf.engine.config import GroupSpec, SyncConfig
 from edgemesh_tf.engine.job import job_config, run_job
 from edgemesh_tf.engine.warm import WarmGroups

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from model_eval import plain_logits
-from edgemesh_tf.engine import checkpoint
+from edgemesh_tf.training import checkpoint
 from edgemesh_tf.engine.export import export_run
 from edgemesh_tf.layers import build_model
 from edgemesh_tf import layers as L

@@ -1,10 +1,10 @@
-"""Single-process training checkpoints are engine/checkpoint.py's: whole weights and momentum
+"""Single-process training checkpoints are training/checkpoint.py's: whole weights and momentum
 buffers by name, the global step in the state; a checkpoint that lacks a tensor or has another
 shape is named with the tensor."""
 import numpy as np
 import pytest
 
-from edgemesh_tf.engine import checkpoint
+from edgemesh_tf.training import checkpoint
 from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import single_device_layout

@@ -4,7 +4,7 @@ import os
 import numpy as np
 import pytest
 
-from edgemesh_tf.engine import checkpoint
+from edgemesh_tf.training import checkpoint
 
 
 def test_round_trip_latest_and_pruning(tmp_path):
