@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from edgemesh_tf.cluster.procs import read_vm_kb  # noqa: F401  (step_timer and bench import it from here)
+from edgemesh_tf.cluster.procs import read_vm_kb
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.models.shapes import layer_shapes

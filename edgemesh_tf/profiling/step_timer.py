@@ -14,7 +14,7 @@ import numpy as np
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.layers import ModelSpec
-from edgemesh_tf.profiling.profiler import read_vm_kb
+from edgemesh_tf.cluster.procs import read_vm_kb
 from edgemesh_tf.training.graph import build_train_graph
 from edgemesh_tf.training.loop import restore_or_init
 
