@@ -19,6 +19,7 @@ from absl import flags, logging
 from edgemesh_tf.cli import cluster_from_flag
 from edgemesh_tf.cluster import emulator, state
 
+SUMMARY = "start (up), stop (down) or list (status) the emulated testbed on this machine"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", None, "Cluster file (YAML), for `up`.")
 flags.DEFINE_string("run_id", None, "`down`: only this run (default: all).")

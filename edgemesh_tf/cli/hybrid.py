@@ -12,7 +12,8 @@ checkpoints to `<logdir>/checkpoints` (and resumes from them), writes TensorBoar
 `edgemesh run`, of `MainJob`): the field's name (or its `flag=`), type, default (the field's, or
 `config.COMMAND_DEFAULTS[command]`'s), help text and choices. `settings_from_flags(command)` reads
 them back into a `JobSettings`; `config_from_flags()` builds the whole `edgemesh train` job and
-`main_job_from_flags()` the `edgemesh run` one, without starting anything.
+`main_job_from_flags()` the `edgemesh run` one, without starting anything. `help_groups(command)`
+groups the flags under the headings of their `--help`.
 """
 from __future__ import annotations
 
@@ -38,6 +39,36 @@ def _flag_fields(command: str):
     out += [(JobSettings, f) for f in dataclasses.fields(JobSettings) if f.name != "sync"]
     out += [(SyncConfig, f) for f in dataclasses.fields(SyncConfig)]
     return [(owner, f) for owner, f in out if f.name not in NOT_FLAGS[command]]
+
+
+# Help headings of the job flags (cli/help.py), by the dataclass a flag comes from; JobSettings'
+# fields are split by what they set. A field named nowhere here is listed under the command's name.
+MAIN_JOB_HEADING = "Cluster and plan"
+SETTINGS_HEADINGS = {
+    "Model, data and optimiser": ("model", "dataset", "data_path", "learning_rate", "momentum", "seed"),
+    "Stopping and evaluation": ("time_budget_s", "target_accuracy", "target_evaluations", "stop_after_target_s",
+                                "max_steps", "max_rounds", "eval_interval_s", "eval_examples", "final_eval_examples"),
+    "Logs, checkpoints and export": ("logdir", "checkpoint_interval_s", "export_dir"),
+    "Timeouts and lost devices": ("wait_timeout_s", "startup_timeout_s", "lost_after_s", "ps_timeout_s",
+                                  "rejoin_limit", "profile_path"),
+}
+SYNC_HEADING = "Strategy (--sync and its parameters)"
+
+
+def help_groups(command: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(heading, flag names) of the job flags `define_flags(command)` defined, in help order:
+    MainJob's, JobSettings' by what they set, then SyncConfig's."""
+    from edgemesh_tf.engine.main_job import MainJob
+
+    defined = {(owner, f.name) for owner, f in _flag_fields(command)}
+
+    def names(owner, fields):
+        return tuple(_FLAG_OF[owner, n] for n in fields if (owner, n) in defined)
+
+    groups = [(MAIN_JOB_HEADING, names(MainJob, [f.name for f in dataclasses.fields(MainJob)]))]
+    groups += [(heading, names(JobSettings, fields)) for heading, fields in SETTINGS_HEADINGS.items()]
+    groups.append((SYNC_HEADING, names(SyncConfig, [f.name for f in dataclasses.fields(SyncConfig)])))
+    return [(heading, group) for heading, group in groups if group]
 
 
 def _default(owner: type, f: dataclasses.Field, command: str):

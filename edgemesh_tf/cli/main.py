@@ -1,10 +1,15 @@
-"""`edgemesh SUBCOMMAND [--flags]`: dispatches to one module per subcommand.
+"""`edgemesh SUBCOMMAND [--flags]`: dispatches to one module per subcommand, and answers
+`edgemesh --help`, `edgemesh help [SUBCOMMAND]` and `edgemesh SUBCOMMAND --help` (cli/help.py).
 
 Each subcommand module defines its own absl flags and a ``main(argv)``; only the chosen module is
 imported, so flags of different subcommands never clash.
 """
+from __future__ import annotations
+
 import importlib
 import sys
+
+from edgemesh_tf.cli import help as cli_help
 
 SUBCOMMANDS = {
     "run": "edgemesh_tf.cli.run",
@@ -17,19 +22,36 @@ SUBCOMMANDS = {
 }
 
 
-def _usage() -> str:
-    return "usage: edgemesh {%s} [--flags]  (edgemesh SUBCOMMAND --help for its flags)" % "|".join(SUBCOMMANDS)
+def _subcommand(name: str):
+    """The module of subcommand `name`; exits 2 naming it and the valid ones when there is none."""
+    if name not in SUBCOMMANDS:
+        print("edgemesh: expected a subcommand, got %r; the subcommands: %s (edgemesh --help says what each does)"
+              % (name, ", ".join(SUBCOMMANDS)), file=sys.stderr)
+        sys.exit(2)
+    return importlib.import_module(SUBCOMMANDS[name])
 
 
-def run() -> None:
-    if len(sys.argv) < 2 or sys.argv[1] not in SUBCOMMANDS:
-        got = sys.argv[1] if len(sys.argv) > 1 else "nothing"
-        sys.exit("edgemesh: expected a subcommand, got %r\n%s" % (got, _usage()))
-    name = sys.argv[1]
-    module = importlib.import_module(SUBCOMMANDS[name])
+def _print_help(name: str | None = None) -> None:
+    """Prints the help of `edgemesh` (name None) or of one subcommand, and exits 0."""
+    print(cli_help.main_help(SUBCOMMANDS) if name is None else cli_help.subcommand_help(name, _subcommand(name)))
+    sys.exit(0)
+
+
+def run(argv: list[str] | None = None) -> None:
+    """The `edgemesh` entry point; `argv` defaults to sys.argv."""
+    args = (sys.argv if argv is None else argv)[1:]
+    if not args:  # nothing asked: the help, as a usage error
+        print(cli_help.main_help(SUBCOMMANDS), file=sys.stderr)
+        sys.exit(2)
+    if args[0] in cli_help.HELP_ARGS or args[0] == "help":
+        _print_help(args[1] if args[0] == "help" and len(args) > 1 else None)
+    name, rest = args[0], args[1:]
+    module = _subcommand(name)
+    if cli_help.wants_help(rest):
+        _print_help(name)
     from absl import app
 
-    app.run(module.main, argv=["edgemesh " + name] + sys.argv[2:])
+    app.run(module.main, argv=["edgemesh " + name] + rest)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Prints a table of layers x devices (filters per device, predicted ms) and writes
 """
 from absl import flags
 
+SUMMARY = "divide a model over the devices of a profiled cluster; write the layout file"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("profile", None, "Profile JSON written by profiling (per device layer ms, memory, links).")
 flags.DEFINE_string("model", None, "The model: a zoo name or a model file (default: the profile's model, if a zoo "

@@ -9,6 +9,7 @@ import json
 
 from absl import flags
 
+SUMMARY = "measure every worker of a cluster for a model: the planner's input"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file (YAML).")
 flags.DEFINE_string("model", "vgg", "The model: a zoo name (vgg, vgg_wide, resnet, vgg16, vgg_m), a model file "

@@ -22,8 +22,10 @@ from absl import flags
 from edgemesh_tf.cli import hybrid
 from edgemesh_tf.engine import records
 
+SUMMARY = "the main job: start the testbed of a cluster file, profile, plan, train, summarise"
 FLAGS = flags.FLAGS
 JOB_FLAGS = tuple(hybrid.define_flags("run"))
+HELP_GROUPS = hybrid.help_groups("run")
 
 
 def plan_lines(p: dict) -> list[str]:

@@ -10,6 +10,7 @@ from absl import flags, logging
 
 from edgemesh_tf.cluster import server, spec, tf_config
 
+SUMMARY = "serve one TF task (from TF_CONFIG, or --cluster and --device) until stopped"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("tf_config", None, "TF_CONFIG JSON or a path to it (default: the TF_CONFIG environment variable).")
 flags.DEFINE_string("cluster", None, "Cluster file; with --device, used instead of TF_CONFIG.")

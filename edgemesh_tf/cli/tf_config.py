@@ -11,6 +11,7 @@ from absl import flags
 from edgemesh_tf.cli import cluster_from_flag
 from edgemesh_tf.cluster import tf_config
 
+SUMMARY = "write a TF_CONFIG JSON and a start command for each device of a cluster file"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", None, "Cluster file (YAML).")
 flags.DEFINE_string("out_dir", None, "Write <device>.json and <device>.sh here (default: print only).")

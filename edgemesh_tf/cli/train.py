@@ -19,6 +19,7 @@ from absl import flags
 
 from edgemesh_tf.cli import hybrid
 
+SUMMARY = "train a CNN under one layout, or hybrid training with --cluster FILE --sync STRATEGY"
 FLAGS = flags.FLAGS
 flags.DEFINE_string("layout", "layouts/digits_uneven.yaml", "Layout file (YAML/JSON, see layouts/); with --sync, a "
                     "plan file whose groups are the data-parallel groups (default then: one group per worker).")
@@ -48,6 +49,8 @@ SINGLE_LAYOUT_ONLY = ("steps", "checkpoint_dir", "checkpoint_every", "eval_every
 BOTH_MODES = ("layout", "batch_size", "cluster", "emulate", "model", "dataset", "data_path", "learning_rate",
               "momentum", "seed")
 HYBRID_ONLY = tuple(f for f in JOB_FLAGS if f not in BOTH_MODES)
+HELP_GROUPS = [("Cluster and layout (both modes)", ("cluster", "layout", "batch_size", "emulate")),
+               ("Single-layout training (without --sync)", SINGLE_LAYOUT_ONLY), *hybrid.help_groups("train")]
 
 
 @dataclasses.dataclass(frozen=True)
