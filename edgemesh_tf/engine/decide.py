@@ -18,7 +18,8 @@ Strategy, in order within a tick:
              re-admitted at the live groups' commit count (liveness.py)
   profiling  ASHL: once every live group has profiled, plan H_i, D_i, R_i and enter AHL
   stop       stop request, time budget, step budget, every group done, target reached (+ linger)
-  evals      record each (with the counters of the tick before its model was pulled); ASHL: switch
+  evals      record each (with the counters of the tick before its model was pulled; the windowed
+             throughput and the estimated time to the target: progress.py); ASHL: switch
              to SHL at shl_loss, planned as published from the profile (with `replan`: from measured
              rounds, and re-plans on drift or every replan_interval_s); ADSP, once per period: search
              the commit count, catch-up commits and compute-only timers per group
@@ -30,7 +31,7 @@ import collections
 import dataclasses
 from typing import Mapping, Sequence
 
-from edgemesh_tf.engine import records, rules
+from edgemesh_tf.engine import progress, records, rules
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.rules import CUMULATIVE
 from edgemesh_tf.engine.liveness import Liveness
@@ -134,6 +135,7 @@ class Decisions:
         self._ticks: collections.deque = collections.deque(maxlen=200)  # (s, totals, counters) of recent ticks
         self._next_ckpt = cfg.checkpoint_interval_s
         self._last_eval: tuple[float, Totals] = (0.0, {})  # for rates
+        self._throughput = progress.Throughput()  # windowed rates (a resumed run starts it again)
         # ASHL's plan bookkeeping
         self._timing_of: dict[str, schedule.WorkerTiming] = {}  # each group's timing in the last plan with it
         self._planned_ms: dict[str, float] = {}
@@ -183,6 +185,8 @@ class Decisions:
         if len(self.phases.transitions) == 1:
             self.phases.transitions = [(self.phase, 0, 0.0)]
         self._last_eval = (self.elapsed_before, self._last_eval[1])
+        if not self.elapsed_before:  # a new run counts from zero examples
+            self._throughput.add(0.0, {g: 0.0 for g in self.cfg.group_names})
 
     # -- the tick --
 
@@ -211,11 +215,11 @@ class Decisions:
             out += self._plan("ahl", self._profiled(snap.stats), totals, snap.now, "profiled", old_phase="profiling")
         why = self._stop_why(snap, totals)
         for t_eval, accuracy, loss in snap.evals:
-            out.append(self.evaluated(t_eval, accuracy, loss, *self._tick_before(t_eval)))
             if self.cfg.target_accuracy and self.reached is None and self._at_target(t_eval, accuracy):
-                self.reached = self._streak[0]
+                self.reached = self._streak[0]  # before the record, which reports it
                 if self.cfg.stop_after_target_s <= 0:
                     why = why or "target accuracy %.3f reached" % self.cfg.target_accuracy
+            out.append(self.evaluated(t_eval, accuracy, loss, *self._tick_before(t_eval)))
             if not why:
                 out += self._drive(snap, totals, loss)
         if snap.now >= self._next_ckpt and not why:
@@ -257,23 +261,31 @@ class Decisions:
     # -- evaluations --
 
     def evaluated(self, t: float, accuracy: float, loss: float, totals: Totals, counters: Mapping) -> Evaluated:
+        """The evaluation at `t` (s) with the totals and counters of the tick before it, as a record."""
         self.history.append((t, accuracy, loss))
         last_t, last = self._last_eval
         dt = t - last_t
         rates = {g: (s["examples"] - last.get(g, {}).get("examples", 0.0)) / dt if dt > 0 else 0.0
                  for g, s in totals.items()}
         self._last_eval = (t, totals)
+        avg = {g: r or 0.0 for g, r in self._throughput.add(t, {g: s["examples"] for g, s in totals.items()}).items()}
         steps = steps_of(totals)
-        budget_left = self.cfg.time_budget_s - t
+        budget_left = max(0.0, self.cfg.time_budget_s - t)
         if self.cfg.max_steps and steps and t > self.elapsed_before:
-            budget_left = min(budget_left, (self.cfg.max_steps - steps) * (t - self.elapsed_before) / steps)
+            budget_left = max(0.0, min(budget_left, (self.cfg.max_steps - steps) * (t - self.elapsed_before) / steps))
+        target = self.cfg.target_accuracy
+        eta = None if not target or self.reached is not None else progress.time_to_target(
+            [(h[0], h[1]) for h in self.history], target, horizon_s=budget_left)
         rec = records.Eval(
             t=round(t, 3), phase=self.phases.phase_at(t), accuracy=round(accuracy, 4), loss=round(loss, 5), global_steps=steps,
             examples_per_sec=round(sum(rates.values()), 1), group_examples_per_sec={g: round(r, 1)
                                                                                      for g, r in rates.items()},
-            bytes_sent=int(sum(s["bytes_sent"] for s in totals.values())), eta_s=round(max(0.0, budget_left), 1),
+            bytes_sent=int(sum(s["bytes_sent"] for s in totals.values())), eta_s=round(budget_left, 1),
             live_groups=sum(not c.lost for c in self.controls.values()), rejected=int(counters["rejected"]),
-            version=int(counters["version"]))
+            version=int(counters["version"]), examples_per_sec_avg=round(sum(avg.values()), 1),
+            group_examples_per_sec_avg={g: round(r, 1) for g, r in avg.items()}, target_accuracy=target or None,
+            target_eta_s=None if eta is None else round(eta, 1),
+            target_reached_s=None if self.reached is None else round(self.reached, 3))
         return Evaluated(rec, totals, dict(self.controls))
 
     def final(self, why: str, totals: Totals, checkpoint: str, stop_t: float) -> records.Final:
@@ -360,7 +372,7 @@ class Decisions:
         reset = [ResetCounters()] if phase == "shl" else []
         return reset + [WriteControls(self.controls), WriteGlobal(), records.Phase(
             t=round(now, 3), old=old_phase, new=phase, why=why,
-            controls={g: c.to_vector() for g, c in self.controls.items()})]
+            controls={g: c.to_vector() for g, c in self.controls.items()}, does=rules.PHASE_DOES[phase])]
 
     def _drive(self, snap: Snapshot, totals: Totals, loss: float) -> list:
         if self.sync.strategy == "ashl" and self.phase in ("ahl", "shl"):

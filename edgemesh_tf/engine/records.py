@@ -90,8 +90,15 @@ class Resume(Record):
 @dataclasses.dataclass(frozen=True)
 class Eval(Record):
     """accuracy: held-out accuracy of the global model; loss: its mean training loss on a fixed
-    subset; global_steps: local iterations summed over groups; rates over the last interval;
-    eta_s: budget left (time, or steps at the rate so far); version: the ps's update count."""
+    subset; global_steps: local iterations summed over groups; examples_per_sec and
+    group_examples_per_sec: examples/s since the last evaluation (0 in an interval with no commit:
+    groups report once per round); examples_per_sec_avg and group_examples_per_sec_avg: examples/s
+    over a trailing window of each group (progress.windowed_rate; the total is the groups' sum);
+    eta_s: the budget left (s): time, or the step budget at the rate so far, whichever ends first;
+    version: the ps's update count; target_accuracy: the job's target (None: none set);
+    target_eta_s: estimated s until the target (progress.time_to_target; None: no estimate);
+    target_reached_s: when the target was reached (None: not yet). The progress line shows the
+    averaged rate, the budget left and the target's estimate."""
     KIND: ClassVar[str] = "eval"
     t: float
     phase: str
@@ -105,25 +112,46 @@ class Eval(Record):
     live_groups: int
     rejected: int
     version: int
+    examples_per_sec_avg: float = 0.0
+    group_examples_per_sec_avg: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    target_accuracy: float | None = None
+    target_eta_s: float | None = None
+    target_reached_s: float | None = None
+
+    def target_text(self) -> str:
+        """The line's words on the target accuracy ("" when none is set)."""
+        if self.target_accuracy is None:
+            return ""
+        name = "target %.4g" % self.target_accuracy
+        if self.target_reached_s is not None:
+            return "%s reached at %.1f s" % (name, self.target_reached_s)
+        if self.target_eta_s is None:
+            return name + ": no estimate yet"
+        return "%s in ~%.0f s" % (name, self.target_eta_s)
 
     def line(self):
-        return ("[%7.1f s] %-9s steps %6d  acc %.4f  loss %.4f  %7.0f ex/s  sent %7.2f MB  ETA %5.0f s"
-                % (self.t, self.phase, self.global_steps, self.accuracy, self.loss, self.examples_per_sec,
+        line = ("[%7.1f s] %-9s steps %6d  acc %.4f  loss %.4f  %7.0f ex/s  sent %7.2f MB  budget left %5.0f s"
+                % (self.t, self.phase, self.global_steps, self.accuracy, self.loss, self.examples_per_sec_avg,
                    self.bytes_sent / 1e6, self.eta_s))
+        target = self.target_text()
+        return line + "  " + target if target else line
 
 
 @dataclasses.dataclass(frozen=True)
 class Phase(Record):
-    """controls: {group: GroupControl.to_vector()} in the new phase."""
+    """controls: {group: GroupControl.to_vector()} in the new phase; does: what the new phase does
+    (rules.PHASE_DOES), printed on a line of its own below the switch."""
     KIND: ClassVar[str] = "phase"
     t: float
     old: str
     new: str
     why: str
     controls: Mapping[str, list]
+    does: str = ""
 
     def line(self):
-        return "[%7.1f s] phase %s -> %s: %s" % (self.t, self.old, self.new, self.why)
+        line = "[%7.1f s] phase %s -> %s: %s" % (self.t, self.old, self.new, self.why)
+        return line + "\n%12s%s now: %s" % ("", self.new, self.does) if self.does else line
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,18 @@ from edgemesh_tf.sync.schedule import PHASES
 
 WAITS = ("none", "barrier", "staleness")
 
+# What each phase does, for the line the terminal prints at a phase switch (records.Phase); one
+# entry per schedule.PHASES.
+PHASE_DOES = {
+    "profiling": "each group runs one timed round (--profile_steps local iterations, a dense push, a pull); "
+                 "its timings set its local iterations per commit H, data share D and compression ratio R",
+    "ahl": "asynchronous, infrequent commits: each group pushes after its own H local iterations and never "
+           "waits for the others",
+    "shl": "semi-asynchronous, frequent commits with bounded staleness: fewer local iterations per commit, "
+           "top-k compressed pushes, and a group more than --staleness commits ahead of the slowest waits",
+    "train": "one phase for the whole run: the strategy's own round rule (bsp, asp, ssp, local_sgd or adsp)",
+}
+
 # The control board's vectors (control.py encodes and decodes them by these names).
 GLOBAL_FIELDS = ("phase", "stop", "heartbeat")
 # Totals since the group process started (s, bytes), except: loss = mean loss of its last round;
