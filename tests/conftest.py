@@ -1,7 +1,15 @@
 """Shared fixtures. TF's C++ logs are silenced for readable test output."""
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The tests' main jobs keep device profiles in a cache of their own (shared by the session's jobs and their
+# processes), never in the user's: profiling.cache.default_cache_dir reads this.
+_PROFILE_CACHE = tempfile.mkdtemp(prefix="edgemesh-test-profiles-")
+os.environ["EDGEMESH_PROFILE_CACHE"] = _PROFILE_CACHE
+atexit.register(shutil.rmtree, _PROFILE_CACHE, True)
 
 import pytest  # noqa: E402
 

@@ -43,6 +43,25 @@ def plan_lines(p: dict) -> list[str]:
     return lines
 
 
+def profile_cache_lines(c: dict | None) -> list[str]:
+    """What the set-up reused from the profile cache, and whether the run found the profile still true."""
+    if not c:
+        return []
+    if c["reused"]:
+        lines = ["set-up reused the device profile measured %s ago (%s); --reprofile measures again"
+                 % (records.human_duration(c["age_s"]), c["entry"])]
+    elif c["entry"]:
+        lines = ["profile kept for the next run on these devices, model and batch: %s" % c["entry"]]
+    else:
+        lines = []
+    for group, (planned, measured) in (c.get("off") or {}).items():
+        lines.append("profile check: %s iterated in %.0f ms where the plan said %.0f ms: the devices have changed "
+                     "since they were profiled%s" % (group, measured, planned,
+                                                     "; the cached profile is dropped, the next run measures "
+                                                     "them again" if c.get("dropped") else ""))
+    return lines
+
+
 def summary_text(s: dict) -> str:
     """The summary a person reads at the end of the job."""
     lines = ["", "== %s on %s, %s, cluster %s (%s network, %s compute) ==" % (
@@ -53,6 +72,7 @@ def summary_text(s: dict) -> str:
         lines.append("started from the weights in %s (not from random initial values)" % s["initial_weights"])
     lines.append("accuracy %.4f (the final global model) after %.1f s of training (%s); set-up %.1f s"
                  % (s["accuracy"], s["train_s"], reached, s["setup_s"]))
+    lines.extend(profile_cache_lines(s.get("profile_cache")))
     lines.append("phases: " + " -> ".join("%s at %.1f s" % (p, t) for p, _, t in s["phase_transitions"]))
     lines.append("throughput: %.0f examples/s in total, %d iterations, %.2f MB sent" % (
         s["examples_per_sec"], s["global_steps"], s["bytes_sent"] / 1e6))

@@ -39,6 +39,11 @@ class MainJob:
     batch: int = setting(32, "Examples per group per local iteration (the planner plans for it).",
                          flag="batch_size", check=int_at_least(1))
     emulate: bool = setting(True, "Start the emulated testbed of the cluster file (else use its real servers).")
+    profile_cache: str = setting("default", "Directory of device profiles kept between runs: a rerun on the same "
+                                 "devices, model and batch reuses the profile instead of measuring again ('default': "
+                                 "$XDG_CACHE_HOME/edgemesh_tf/profiles or ~/.cache/edgemesh_tf/profiles; '': keep none).")
+    reprofile: bool = setting(False, "Measure the devices even when the profile cache holds a profile for them "
+                              "(the new profile replaces the cached one).")
     settings: JobSettings = dataclasses.field(default_factory=lambda: JobSettings.for_command("run"))
 
     def __post_init__(self):
@@ -73,26 +78,55 @@ def plan_summary(result, spec, cluster) -> dict:
             "best_alternative": list(best) if best else None, "splits": splits}
 
 
-def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: SyncConfig, **plan_options):
-    """Profiles every worker of reached ``servers`` for ``spec`` at ``batch`` and plans groups and
-    filter division for the commit rate of ``sync``'s strategy; writes ``<logdir>/profile.json`` and
-    ``<logdir>/plan.yaml``. Returns (profile, plan, profile path, plan path). plan_options: of
-    ``planner.plan`` (e.g. memory_fraction, groups)."""
+def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: SyncConfig, *, emulate: bool = True,
+                     cache_dir: str = "", reprofile: bool = False, **plan_options):
+    """Profiles every worker of reached ``servers`` for ``spec`` at ``batch`` (or reuses the profile that
+    ``cache_dir`` holds for the same devices, model and batch, unless ``reprofile``; a fresh profile is
+    stored there) and plans groups and filter division for the commit rate of ``sync``'s strategy;
+    writes ``<logdir>/profile.json`` and ``<logdir>/plan.yaml``. Returns (profile, plan, profile path,
+    plan path, cache), cache: {"entry": the cache file or None, "reused": bool, "age_s": age of a
+    reused profile}. plan_options: of ``planner.plan`` (e.g. memory_fraction, groups)."""
     from edgemesh_tf.engine import rules
     from edgemesh_tf.planner import plan, write_plan
     from edgemesh_tf.planner.calibrate import steps_to_time
+    from edgemesh_tf.profiling import cache as profile_cache
     from edgemesh_tf.profiling.run import budgets, profile_servers
     from edgemesh_tf.profiling.types import save_profile
 
     os.makedirs(logdir, exist_ok=True)
-    profile = profile_servers(cluster, spec, batch, servers, **steps_to_time(budgets(cluster), spec, batch))
+    description = profile_cache.describe(cluster, spec, batch, emulate)
+    key = profile_cache.key_of(description)
+    cached = profile_cache.load_cached(cache_dir, key) if cache_dir and not reprofile else None
+    if cached is not None:
+        profile = cached.profile
+        cache = {"entry": cached.path, "reused": True, "age_s": round(cached.age_s(time.time()), 1)}
+    else:
+        profile = profile_servers(cluster, spec, batch, servers, **steps_to_time(budgets(cluster), spec, batch))
+        entry = profile_cache.store(cache_dir, key, profile, description) if cache_dir else None
+        cache = {"entry": entry, "reused": False, "age_s": 0.0}
     profile_path = os.path.join(logdir, "profile.json")
     save_profile(profile, profile_path)
     # a group pushes and pulls once per commit: the planner amortises that over the strategy's iterations
     result = plan(profile, spec, batch=batch, commit_interval=rules.commit_interval(sync), **plan_options)
     plan_path = os.path.join(logdir, "plan.yaml")
     write_plan(result, plan_path)
-    return profile, result, profile_path, plan_path
+    return profile, result, profile_path, plan_path, cache
+
+
+def check_profile(cluster, result, plan_path: str, batch: int, final: dict, cache: dict) -> dict:
+    """Whether the profile still describes the devices: each group's measured iteration time against
+    the plan's (``profiling.cache.off_profile``). A profile that is off is dropped from the cache, so
+    the next run measures the devices again. Returns {"off": {group: [planned ms, measured ms]},
+    "dropped": the dropped cache file or None}."""
+    from edgemesh_tf.engine.job import groups_of_plan
+    from edgemesh_tf.profiling.cache import drop, off_profile
+
+    names = [g.name for g in groups_of_plan(cluster, result, plan_path, batch)]
+    planned = {n: g.prediction.step_ms for n, g in zip(names, result.groups)}
+    measured = {n: t.get("iteration_ms", 0.0) for n, t in final.get("group_time", {}).items()}
+    off = off_profile(planned, measured)
+    dropped = cache["entry"] if off and cache.get("entry") and drop(cache["entry"]) else None
+    return {"off": {g: [round(p, 1), round(m, 1)] for g, (p, m) in off.items()}, "dropped": dropped}
 
 
 def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, servers, emulate: bool,
@@ -106,7 +140,10 @@ def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, se
 
     groups = groups_of_plan(cluster, load_plan(plan_path), plan_path, batch)
     cfg = job_config(cluster, groups, settings, **wiring)
-    final = run_job(cfg, cluster, emulate=emulate, emit=emit, testbed=servers.testbed)
+    # on the emulated testbed the groups set up (first graph runs, warm-up) with the devices' limits lifted:
+    # nothing is measured then, and the limits are back before the chief starts the clock
+    final = run_job(cfg, cluster, emulate=emulate, emit=emit, testbed=servers.testbed,
+                    fast_setup=servers.testbed is not None)
     if settings.export_dir:
         from edgemesh_tf.engine.export import export_run
 
@@ -117,6 +154,16 @@ def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, se
             export = {"error": str(e)}
         final = dict(final, export=export)
     return final
+
+
+def cache_dir(setting_value: str) -> str:
+    """The profile cache directory a ``MainJob.profile_cache`` names: "default" is
+    ``profiling.cache.default_cache_dir()``, "" keeps no cache, any other value is a path (~ expanded)."""
+    from edgemesh_tf.profiling.cache import default_cache_dir
+
+    if setting_value == "default":
+        return default_cache_dir()
+    return os.path.expanduser(setting_value) if setting_value else ""
 
 
 def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda rec: None) -> dict:
@@ -140,12 +187,15 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
         testbed = servers.summary
         emit(records.Testbed(**testbed))
         t0 = time.monotonic()
-        profile, result, profile_path, plan_path = profile_and_plan(cluster, spec, job.batch, servers, s.logdir,
-                                                                    s.sync)
+        profile, result, profile_path, plan_path, cache = profile_and_plan(
+            cluster, spec, job.batch, servers, s.logdir, s.sync, emulate=job.emulate,
+            cache_dir=cache_dir(job.profile_cache), reprofile=job.reprofile)
         emit(records.Planned(profile_s=round(time.monotonic() - t0, 1), profile=profile_path, plan=plan_path,
-                             table=format_table(result)))
+                             table=format_table(result), reused=cache["entry"] if cache["reused"] else "",
+                             reused_age_s=cache["age_s"]))
         final = train_planned(cluster, plan_path, job.batch, s, servers, job.emulate, emit,
                               device_info=_device_info(cluster, profile, result), profile_path=profile_path)
+        cache.update(check_profile(cluster, result, plan_path, job.batch, final, cache))
     summary = {"cluster": job.cluster, "model": s.model, "dataset": s.dataset, "strategy": s.sync.strategy,
                "testbed": testbed, "setup_s": round(time.monotonic() - t_start - final["t"], 1),
                "train_s": final["t"], "accuracy": final["accuracy"], "target_accuracy": s.target_accuracy,
@@ -155,7 +205,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
                "bytes_sent": final["bytes_sent"], "wait_s": final["wait_s"], "devices": final["devices"],
                "group_time": final["group_time"], "idle_devices": list(result.idle), "plan": plan_path,
                "planned": plan_summary(result, spec, cluster),
-               "profile": profile_path, "initial_weights": spec.source if initial_weights(spec) else None,
+               "profile": profile_path, "profile_cache": cache, "initial_weights": spec.source if initial_weights(spec) else None,
                "export": final.get("export"),
                "logdir": s.logdir, "tensorboard": "tensorboard --logdir %s" % os.path.join(s.logdir, "tb")}
     with open(os.path.join(s.logdir, "summary.json"), "w") as f:

@@ -69,9 +69,26 @@ class Planned(Record):
     profile: str
     plan: str
     table: str
+    reused: str = ""  # the profile cache's entry the profile came from ("": measured in this run)
+    reused_age_s: float = 0.0
 
     def line(self):
+        if self.reused:
+            return ("planned in %.1f s from the device profile measured %s ago (%s; --reprofile measures again) "
+                    "(%s, %s):\n%s" % (self.profile_s, human_duration(self.reused_age_s), self.reused, self.profile,
+                                       self.plan, self.table))
         return "profiled and planned in %.1f s (%s, %s):\n%s" % (self.profile_s, self.profile, self.plan, self.table)
+
+
+def human_duration(seconds: float) -> str:
+    """A duration for people: 45 s, 12 min, 3.5 h, 2.0 days."""
+    if seconds < 120:
+        return "%.0f s" % seconds
+    if seconds < 2 * 3600:
+        return "%.0f min" % (seconds / 60)
+    if seconds < 2 * 86400:
+        return "%.1f h" % (seconds / 3600)
+    return "%.1f days" % (seconds / 86400)
 
 
 @dataclasses.dataclass(frozen=True)

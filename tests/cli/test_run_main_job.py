@@ -31,6 +31,25 @@ def main_run(tmp_path_factory):
     return logdir, out.stdout, summary
 
 
+def test_a_rerun_reuses_the_device_profile_and_sets_up_sooner(main_run, tmp_path):
+    logdir, _, first = main_run
+    out = subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", "run", "--logdir", str(tmp_path / "rerun"),
+                          "--cluster", "layouts/edge4.yaml", "--model", "vgg", "--time_budget_s", "6",
+                          "--eval_interval_s", "0.5"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    with open(tmp_path / "rerun" / "summary.json") as f:
+        rerun = json.load(f)
+    cache = rerun["profile_cache"]
+    assert cache["reused"] and os.path.exists(cache["entry"]), cache
+    assert cache["entry"] == first["profile_cache"]["entry"]  # the first run's profile, kept in the cache
+    assert "set-up reused the device profile measured" in out.stdout and "planned in" in out.stdout
+    assert "profiled and planned in" not in out.stdout
+    with open(os.path.join(logdir, "profile.json")) as a, open(tmp_path / "rerun" / "profile.json") as b:
+        assert json.load(a) == json.load(b)
+    if not first["profile_cache"]["reused"]:  # (an earlier job of the session may have profiled these devices)
+        assert rerun["setup_s"] < first["setup_s"], (rerun["setup_s"], first["setup_s"])
+
+
 def _events(logdir, run):
     ea = EventAccumulator(os.path.join(logdir, "tb", run), size_guidance={"scalars": 0, "tensors": 0, "images": 0})
     ea.Reload()
