@@ -20,7 +20,7 @@ import os
 import tempfile
 from typing import Callable, Iterator
 
-from edgemesh_tf.cluster.reach import Servers, reach_servers
+from edgemesh_tf.cluster.reach import SERVER_TIMEOUT_S, Servers, reach_servers
 from edgemesh_tf.cluster.spec import ClusterFile, load_cluster
 from edgemesh_tf.data import dataset_shape
 from edgemesh_tf.engine import records
@@ -88,12 +88,15 @@ def _is_keras_model(obj) -> bool:
 
 
 @contextlib.contextmanager
-def start(cluster: str | ClusterFile, emulate: bool = True) -> Iterator[Cluster]:
+def start(cluster: str | ClusterFile, emulate: bool = True,
+          server_timeout_s: float = SERVER_TIMEOUT_S) -> Iterator[Cluster]:
     """The servers of ``cluster`` (a cluster file's path, or a loaded one) for the ``with`` block:
     its emulated testbed, started here and torn down at the end (also on errors), or with
-    ``emulate=False`` the real servers at the file's addresses (``edgemesh server`` on each host)."""
+    ``emulate=False`` the real servers at the file's addresses (``edgemesh server`` on each host),
+    each of which must answer within ``server_timeout_s`` (else ``ServersNotAnswering``, a
+    RuntimeError naming every missing task and the command that starts it)."""
     cluster = load_cluster(cluster) if isinstance(cluster, str) else cluster
-    with reach_servers(cluster, emulate) as servers:
+    with reach_servers(cluster, emulate, server_timeout_s=server_timeout_s) as servers:
         yield Cluster(cluster, servers, emulate)
 
 

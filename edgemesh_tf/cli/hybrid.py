@@ -49,8 +49,8 @@ SETTINGS_HEADINGS = {
     "Stopping and evaluation": ("time_budget_s", "target_accuracy", "target_evaluations", "stop_after_target_s",
                                 "max_steps", "max_rounds", "eval_interval_s", "eval_examples", "final_eval_examples"),
     "Logs, checkpoints and export": ("logdir", "checkpoint_interval_s", "export_dir"),
-    "Timeouts and lost devices": ("wait_timeout_s", "startup_timeout_s", "lost_after_s", "ps_timeout_s",
-                                  "rejoin_limit", "profile_path"),
+    "Timeouts and lost devices": ("server_timeout_s", "wait_timeout_s", "startup_timeout_s", "lost_after_s",
+                                  "ps_timeout_s", "rejoin_limit", "profile_path"),
 }
 SYNC_HEADING = "Strategy (--sync and its parameters)"
 

@@ -47,7 +47,7 @@ JOB_FLAGS = tuple(hybrid.define_flags("train"))  # model, dataset, ..., sync, st
 # Which flags each mode reads; every other flag of this module is an error in that mode.
 SINGLE_LAYOUT_ONLY = ("steps", "checkpoint_dir", "checkpoint_every", "eval_every", "intra_op_threads", "group")
 BOTH_MODES = ("layout", "batch_size", "cluster", "emulate", "model", "dataset", "data_path", "learning_rate",
-              "momentum", "seed")
+              "momentum", "seed", "server_timeout_s")
 HYBRID_ONLY = tuple(f for f in JOB_FLAGS if f not in BOTH_MODES)
 HELP_GROUPS = [("Cluster and layout (both modes)", ("cluster", "layout", "batch_size", "emulate")),
                ("Single-layout training (without --sync)", SINGLE_LAYOUT_ONLY), *hybrid.help_groups("train")]
@@ -56,7 +56,8 @@ HELP_GROUPS = [("Cluster and layout (both modes)", ("cluster", "layout", "batch_
 @dataclasses.dataclass(frozen=True)
 class SingleLayout:
     """What single-layout training runs: `train(load_model(model), load_dataset(dataset, data_path),
-    layout of (layout, group), **kwargs)`, on `cluster`'s servers (emulated or not) if given."""
+    layout of (layout, group), **kwargs)`, on `cluster`'s servers (emulated or not) if given; real
+    servers must all answer within server_timeout_s (cluster/ready.py)."""
 
     layout: str
     group: int | None
@@ -66,6 +67,7 @@ class SingleLayout:
     cluster: str | None
     emulate: bool
     kwargs: dict
+    server_timeout_s: float = 30.0  # cluster.ready.SERVER_TIMEOUT_S
 
 
 def _check_mode(hybrid_mode: bool) -> None:
@@ -113,7 +115,7 @@ def single_layout_from_flags() -> SingleLayout:
                   checkpoint_every=FLAGS.checkpoint_every, eval_every=FLAGS.eval_every,
                   intra_op_threads=FLAGS.intra_op_threads)
     return SingleLayout(FLAGS.layout, FLAGS.group, FLAGS.model, FLAGS.dataset, FLAGS.data_path, FLAGS.cluster,
-                        FLAGS.emulate, kwargs)
+                        FLAGS.emulate, kwargs, FLAGS.server_timeout_s)
 
 
 def main(argv):
@@ -150,7 +152,7 @@ def main(argv):
     if not run.cluster:
         train(spec, data, layout, **run.kwargs)
         return
-    from edgemesh_tf.cluster.reach import reach_servers
+    from edgemesh_tf.cluster.reach import ServersNotAnswering, reach_servers
     from edgemesh_tf.cluster.spec import load_cluster
     try:
         cluster = load_cluster(run.cluster)
@@ -161,9 +163,12 @@ def main(argv):
                                  % (run.layout, dev, run.cluster, sorted(known)))
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)
-    with reach_servers(cluster, run.emulate) as servers:
-        train(spec, data, layout, session_target=servers.target, master_device=cluster.master.device_string,
-              **run.kwargs)
+    try:
+        with reach_servers(cluster, run.emulate, server_timeout_s=run.server_timeout_s) as servers:
+            train(spec, data, layout, session_target=servers.target, master_device=cluster.master.device_string,
+                  **run.kwargs)
+    except ServersNotAnswering as e:  # a real server missing: named with the command that starts it
+        raise SystemExit("edgemesh train: %s" % e)
 
 
 def _layout_of_plan(plan, path: str, group):

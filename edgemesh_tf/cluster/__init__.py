@@ -10,6 +10,7 @@ _EXPORTS = {
     "parse_cluster": "spec", "cluster_spec_dict": "tf_config", "server_command": "tf_config",
     "tf_config": "tf_config", "EmulatedCluster": "emulator", "EmulatedDevice": "emulator", "down": "emulator",
     "emulated_cluster": "emulator", "up": "emulator", "Servers": "reach", "reach_servers": "reach",
+    "ServersNotAnswering": "ready", "check_servers": "ready",
 }
 __all__ = sorted(_EXPORTS)
 

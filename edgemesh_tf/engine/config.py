@@ -293,6 +293,10 @@ class JobSettings:
                                   check=positive(" s"), flag_min=0.5)
     ps_timeout_s: float = setting(10.0, "Hybrid: stop the job, naming the ps task, when the parameter server has not "
                                   "answered for this long (s).", check=positive(" s"), flag_min=0.5)
+    server_timeout_s: float = setting(30.0, "With --noemulate: the longest wait (s) for every TF server of the "
+                                      "cluster file to answer before the job starts; past it the job stops, naming "
+                                      "each missing task, its address and the command that starts it.",
+                                      check=positive(" s"), flag_min=1.0)
     rejoin_limit: int = setting(3, "Hybrid: restart a lost group when its devices answer again (on fewer of them, "
                                 "re-planned, if only some do) at most this many times (0: never).",
                                 check=int_at_least(0))

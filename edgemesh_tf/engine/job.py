@@ -179,7 +179,8 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
     # this launch's own ready flag: its groups must not start on one left by an earlier job on these servers
     cfg = dataclasses.replace(cfg, job_token=secrets.randbelow(2 ** 62) + 2)
     started_here = testbed is None
-    reach = reach_servers(cluster, emulate, up_kwargs) if started_here else contextlib.nullcontext(_of_testbed(testbed))
+    reach = (reach_servers(cluster, emulate, up_kwargs, server_timeout_s=cfg.server_timeout_s) if started_here
+             else contextlib.nullcontext(_of_testbed(testbed)))
     with reach as servers:
         if started_here:  # a caller that passed its testbed has said what it is
             emit(records.Testbed(**servers.summary))

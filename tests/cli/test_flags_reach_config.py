@@ -26,7 +26,7 @@ FIELD_OF_FLAG = {"sync": "strategy", "compression_ratio": "ratio", "profile": "p
 # train's flags that only single-layout training reads: rejected with --sync (they act in `train()`)
 SINGLE_LAYOUT_ONLY = {"steps", "checkpoint_dir", "checkpoint_every", "eval_every", "intra_op_threads", "group"}
 # train's flags that both modes read and that are JobSettings fields
-SHARED_JOB_FLAGS = {"model", "dataset", "data_path", "learning_rate", "momentum", "seed"}
+SHARED_JOB_FLAGS = {"model", "dataset", "data_path", "learning_rate", "momentum", "seed", "server_timeout_s"}
 
 
 def _plan(path):
