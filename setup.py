@@ -1,5 +1,26 @@
 """edgemesh_tf: heterogeneous hybrid-parallel training on TensorFlow + Mesh-TensorFlow."""
+import os
+import re
+
 from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def runtime_requirements(path=os.path.join(HERE, "requirements.txt")):
+    """requirements.txt down to its "# Tests" line (the test tools), without comments: one list for
+    `pip install -r requirements.txt` and `pip install .`, environment markers included (TensorFlow's
+    distribution per platform)."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("# Tests"):
+                break
+            line = re.sub(r"(^|\s)#.*", "", line).strip()
+            if line:
+                out.append(line)
+    return out
+
 
 setup(
     name="edgemesh_tf",
@@ -7,17 +28,6 @@ setup(
     description="Uneven (capability-proportional) mesh sharding and hybrid training for heterogeneous edge clusters",
     packages=find_packages(include=["edgemesh_tf", "edgemesh_tf.*"]),
     python_requires=">=3.11",
-    install_requires=[
-        "tensorflow-cpu==2.21.0",
-        "mesh-tensorflow==0.1.21",
-        "tensorboard",
-        "absl-py",
-        "numpy",
-        "PyYAML",
-        "scikit-learn",
-        "matplotlib",
-        "pillow",
-        "h5py",
-    ],
+    install_requires=runtime_requirements(),
     entry_points={"console_scripts": ["edgemesh=edgemesh_tf.cli.main:run"]},
 )
