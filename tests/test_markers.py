@@ -15,7 +15,6 @@ without the marker, on the test, its module (`pytestmark = [...]`). A test of se
 carries each marker. `slow` (over ~3 s otherwise) is not detectable here: `pytest --durations`.
 """
 import ast
-import copy
 import glob
 import os
 import re
@@ -34,14 +33,22 @@ PATTERNS = {
 }
 
 
-def _strip_docstrings(node):
-    node = copy.deepcopy(node)
+def _unparse_without_docstrings(node) -> str:
+    """The code of `node` without its docstrings: they are taken out in place for the unparse and put
+    back (a deep copy of every tree reached took most of this test's time)."""
+    saved = []
     for n in ast.walk(node):
         body = getattr(n, "body", None)
         if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
                 and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            saved.append((n, body))
+    try:
+        for n, body in saved:
             n.body = body[1:] or [ast.Pass()]
-    return node
+        return ast.unparse(node)
+    finally:
+        for n, body in saved:
+            n.body = body
 
 
 def _definitions(tree) -> dict:
@@ -69,18 +76,24 @@ def _marks(decorators) -> set:
     return out
 
 
-def _reached_code(test, defs: dict) -> str:
-    """The code (without comments or docstrings) of `test` and of every definition it reaches."""
+def _reached_code(test, defs: dict, memo: dict | None = None) -> str:
+    """The code (without comments or docstrings) of `test` and of every definition it reaches.
+    memo: {id(node): (its code, the names it uses)} shared by the tests of one module (its helpers and
+    fixtures are reached from many tests)."""
+    memo = {} if memo is None else memo
     seen, todo, code = set(), [test], []
     while todo:
         node = todo.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
-        code.append(ast.unparse(_strip_docstrings(node)))
-        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            names |= {a.arg for a in node.args.args + node.args.kwonlyargs}  # fixtures
+        if id(node) not in memo:
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names |= {a.arg for a in node.args.args + node.args.kwonlyargs}  # fixtures
+            memo[id(node)] = (_unparse_without_docstrings(node), names)
+        text, names = memo[id(node)]
+        code.append(text)
         todo += [defs[n] for n in names if n in defs]
     return "\n".join(code)
 
@@ -97,11 +110,11 @@ def needed_markers(source: str, conftest_sources=()) -> dict:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark"
                                                 for t in node.targets):
             module_marks |= _marks([node.value])
-    out = {}
+    out, memo = {}, {}
     for node in tree.body:
         if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
                 and not any("fixture" in ast.unparse(d) for d in node.decorator_list)):
-            code = _reached_code(node, defs)
+            code = _reached_code(node, defs, memo)
             need = {m for m, pattern in PATTERNS.items() if pattern.search(code)}
             out[node.name] = (need, module_marks | _marks(node.decorator_list))
     return out

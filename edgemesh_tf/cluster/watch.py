@@ -21,10 +21,11 @@ class DeviceDied(RuntimeError):
 
 
 def watched(fn: Callable[[], T], check: Callable[[], None], timeout_s: float, what: str,
-            poll_s: float = 0.5) -> T:
+            poll_s: float = 0.5, reap_s: float = 1.0) -> T:
     """fn() in a daemon thread: its result, or its exception re-raised; DeviceDied as soon as check()
     raises RuntimeError; TimeoutError naming ``what`` after ``timeout_s`` seconds. A thread stuck on a
-    dead server is left behind (it ends when the cluster is torn down, or with the process)."""
+    dead server is left behind (it ends when the cluster is torn down, or with the process).
+    reap_s: how long an exception of fn() waits before check() is asked whether a device died."""
     done: queue.Queue = queue.Queue(1)
 
     def run():
@@ -45,7 +46,7 @@ def watched(fn: Callable[[], T], check: Callable[[], None], timeout_s: float, wh
             continue
         if ok:
             return value
-        time.sleep(1.0)  # an OOM kill may reach the client as an RPC error first; let the process be reaped
+        time.sleep(reap_s)  # an OOM kill may reach the client as an RPC error first; let the process be reaped
         _raise_if_dead(check)
         raise value
 

@@ -70,9 +70,6 @@ def quantum(units: int, k: int, chunks: int | None = None) -> int | None:
     return max(q for q in range(1, target + 1) if units % q == 0)
 
 
-_FLOOR, _SEND_CAP, _COMPUTE_CAP = "floor", "send_cap", "compute_cap"  # solve_layer's bounds on a share
-
-
 def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...] | None:
     """The shares (units) of one dim minimising ``co.layer_ms`` with n_i <= caps[i] quanta; None if
     the caps cannot hold all the quanta. Exact (see the module docstring)."""
@@ -86,8 +83,9 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
     # Gather levels, highest first. Going below o_i + b_i * (N - n) forces n_i >= n + 1 (receiving);
     # going below o_i + (k - 1) * b_i * n forces n_i <= n - 1 (sending). A device that moves bytes for
     # free (b_i = 0) stays at o_i whatever its share: the gather level never goes below the largest such.
-    c_ev = [(o[i] + b[i] * (n_q - n), i, _FLOOR, n + 1) for i in range(k) if b[i] > 0 for n in range(1, n_q)]
-    c_ev += [(o[i] + (k - 1) * b[i] * n, i, _SEND_CAP, n - 1)
+    # events (level, device, is_floor, bound); a floor event sets lo_i, the others the sending cap
+    c_ev = [(o[i] + b[i] * (n_q - n), i, True, n + 1) for i in range(k) if b[i] > 0 for n in range(1, n_q)]
+    c_ev += [(o[i] + (k - 1) * b[i] * n, i, False, n - 1)
              for i in range(k) if b[i] > 0 for n in range(1, caps[i] + 1)]
     c_ev.sort(key=lambda e: -e[0])
     floor = max((o[i] for i in range(k) if b[i] <= 0), default=0.0)
@@ -96,48 +94,65 @@ def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...]
     medium = media.exchange_ms(co.medium_out, None, co.units)
     if medium:
         floor = max(floor, max(o) + medium)
-    # per device: lo (floor from receiving) and two caps (compute level, sending); the effective cap
-    # eff is their min. Kept up to date incrementally: this is the planner's innermost loop.
+    # per device: lo (floor from receiving) and two caps (compute level ccap, sending scap); the
+    # effective cap eff is their min. Kept up to date incrementally, with the sum of the effective caps,
+    # the sum of the floors and how many devices have lo > eff: this is the planner's innermost loop,
+    # so each bound's update is written out where it is made (as locals: no function calls).
     lo, ccap, scap = [1] * k, [0] * k, list(caps)
     eff = [0] * k
-    state = [0, k, k]  # sum of effective caps, sum of floors, devices with lo > effective cap
-    rows = {_FLOOR: lo, _COMPUTE_CAP: ccap, _SEND_CAP: scap}
-
-    def change(i, kind, value):
-        """Sets device i's bound of ``kind`` (_FLOOR, _COMPUTE_CAP, _SEND_CAP) to value; returns the old."""
-        row = rows[kind]
-        old, row[i] = row[i], value
-        e_old, lo_old = eff[i], (lo[i] if kind != _FLOOR else old)
-        e = ccap[i] if ccap[i] < scap[i] else scap[i]
-        eff[i] = e
-        state[0] += e - e_old
-        state[1] += lo[i] - lo_old
-        state[2] += (lo[i] > e) - (lo_old > e_old)
-        return old
-
+    cap_sum, lo_sum, crossed = 0, k, k
+    n_t, n_c = len(t_ev), len(c_ev)
     best, p, t = None, 0, 0
-    while t < len(t_ev):
+    while t < n_t:
         level = t_ev[t][0]
         if best is not None and level >= best[0]:
             break  # the gather term is >= 0: no larger compute level can win
-        while t < len(t_ev) and t_ev[t][0] == level:
+        while t < n_t and t_ev[t][0] == level:  # the compute cap of device i rises to n
             _, i, n = t_ev[t]
-            change(i, _COMPUTE_CAP, n)
+            ccap[i] = n
+            e_old, s = eff[i], scap[i]
+            e = eff[i] = n if n < s else s
+            cap_sum += e - e_old
+            x = lo[i]
+            crossed += (x > e) - (x > e_old)
             t += 1
-        if state[2] or state[0] < n_q:
+        if crossed or cap_sum < n_q:
             continue
-        while p < len(c_ev):  # lower the gather level while the floors still fit under the caps
-            j, undo = p, []
-            while j < len(c_ev) and c_ev[j][0] == c_ev[p][0]:
-                _, i, kind, n = c_ev[j]
-                undo.append((i, kind, change(i, kind, n)))
+        while p < n_c:  # lower the gather level while the floors still fit under the caps
+            j, undo, v = p, [], c_ev[p][0]
+            while j < n_c and c_ev[j][0] == v:
+                _, i, is_floor, n = c_ev[j]
+                if is_floor:
+                    old, lo[i] = lo[i], n
+                    lo_sum += n - old
+                    e = eff[i]
+                    crossed += (n > e) - (old > e)
+                else:
+                    old, scap[i] = scap[i], n
+                    e_old, c = eff[i], ccap[i]
+                    e = eff[i] = c if c < n else n
+                    cap_sum += e - e_old
+                    x = lo[i]
+                    crossed += (x > e) - (x > e_old)
+                undo.append((i, is_floor, old))
                 j += 1
-            if state[2] or state[1] > n_q or state[0] < n_q:
-                for i, kind, old in reversed(undo):
-                    change(i, kind, old)
+            if crossed or lo_sum > n_q or cap_sum < n_q:
+                for i, is_floor, n in reversed(undo):  # the same updates, back to the old bounds
+                    if is_floor:
+                        old, lo[i] = lo[i], n
+                        lo_sum += n - old
+                        e = eff[i]
+                        crossed += (n > e) - (old > e)
+                    else:
+                        scap[i] = n
+                        e_old, c = eff[i], ccap[i]
+                        e = eff[i] = c if c < n else n
+                        cap_sum += e - e_old
+                        x = lo[i]
+                        crossed += (x > e) - (x > e_old)
                 break
             p = j
-        total = level + max(c_ev[p][0] if p < len(c_ev) else 0.0, floor)
+        total = level + max(c_ev[p][0] if p < n_c else 0.0, floor)
         if best is None or total < best[0]:
             best = (total, list(eff), list(lo))
     if best is None:

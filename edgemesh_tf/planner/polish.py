@@ -65,7 +65,9 @@ class _Search:
         self.fixed = fixed_memory_bytes(stats, self.k)
         self.budget = [d.memory_bytes for d in group]
         names = [d.name for d in stats.dims]
-        self._cost = lambda sh: simulate_step_ms(group, stats, dict(zip(names, sh)), profile_batch, coeffs)
+        # the simulation's memo (its per-layer terms and forward passes): trials differ in a layer or two
+        memo: dict = {}
+        self._cost = lambda sh: simulate_step_ms(group, stats, dict(zip(names, sh)), profile_batch, coeffs, memo)
         self.cache: dict[tuple, float] = {}
 
     def cost(self, sh) -> float:

@@ -30,14 +30,24 @@ from edgemesh_tf.planner.model_stats import ModelStats
 from edgemesh_tf.profiling.types import DeviceProfile
 
 FORWARD_FRACTION = 1.0 / 3.0
+BACKWARD_FRACTION = 1 - FORWARD_FRACTION
 
 
 def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares],
-                     profile_batch: int, coeffs: Sequence[LayerCoeffs] | None = None) -> float:
+                     profile_batch: int, coeffs: Sequence[LayerCoeffs] | None = None,
+                     memo: dict | None = None) -> float:
     """Simulated ms of one step of ``group`` under ``assignment`` (see the module docstring).
 
     coeffs: ``layer_coeffs`` of every dim of ``stats`` on ``group``, when the caller has them
     (they depend on the group only, not on the assignment: the planner's search reuses them).
+    memo: a dict the caller keeps for one (group, stats, profile_batch, coeffs), shares as tuples: each
+    layer's terms (``_layer_terms``) are kept in it by the layer's and the previous layer's shares, and
+    the forward pass's times after each layer by the shares of the layers up to it, as the planner's
+    search simulates one division after another that differ in a layer or two. The result is the same.
+
+    The planner's search runs this ~100,000 times per test session, so it is written for speed (one
+    pass over the layers forward, max() of two or three values as comparisons); each value is the
+    same float expression, in the same order, as the formulas of the module docstring.
     """
     k = len(group)
     if coeffs is None:
@@ -46,36 +56,84 @@ def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignme
     medium_input = input_medium_ms(group, stats)
     t = [1.5 * d.step_overhead_ms + max(transfer_ms(stats.batch * stats.image_bytes, d.bandwidth_mbit),
                                         medium_input if d.medium else 0.0) for d in group]
-    layers = []
-    previous: tuple[Shares, int] = (None, 0)
-    for dim, co in zip(stats.dims, coeffs):
+    layers = []  # per layer: (its backward compute ms per device, its collective's ms or 0: none)
+    previous_shares, previous_units = None, 0
+    # with a memo, the forward times after each layer are kept too, by the shares of every layer up to
+    # it (a trie: node ids for the layers before, the layer's shares): a division that differs from one
+    # simulated before only from layer l on starts its forward pass at l
+    prefixes, node = None, 0
+    if memo is not None:
+        prefixes = memo.get(None)
+        if prefixes is None:
+            prefixes = memo[None] = {}
+    for index, (dim, co) in enumerate(zip(stats.dims, coeffs)):
         shares = assignment.get(dim.name) if k > 1 else None
-        compute = co.compute_ms(shares)
-        recv = send = None
-        if shares:
-            recv = [r * (co.units - s) for r, s in zip(co.recv_ms_per_unit, shares)]
-            send = [(k - 1) * r * s for r, s in zip(co.recv_ms_per_unit, shares)]
-        reduce_ms = (co.reduce_scatter_ms(*previous) if previous[0] else co.allreduce_ms) if shares else 0.0
-        layers.append((compute, recv, send, co, shares, reduce_ms))
-        previous = (shares, dim.units)
-    for compute, recv, send, co, shares, _ in layers:
-        done = [t[i] + FORWARD_FRACTION * compute[i] for i in range(k)]
-        if recv is None:
-            t = done
+        if prefixes is not None:
+            seen = prefixes.get((node, shares))
+            if seen is not None:
+                node, t, back, reduce_ms = seen
+                layers.append((back, reduce_ms))
+                previous_shares, previous_units = shares, dim.units
+                continue
+        if memo is None:
+            fwd, back, reduce_ms = _layer_terms(co, shares, previous_shares, previous_units)
         else:
+            key = (index, shares, previous_shares if shares else None)
+            terms = memo.get(key)
+            if terms is None:
+                terms = memo[key] = _layer_terms(co, shares, previous_shares, previous_units)
+            fwd, back, reduce_ms = terms
+        if not shares:
+            t = [x + f for x, f in zip(t, fwd)]
+        else:
+            units = co.units
+            done = [x + f for x, f in zip(t, fwd)]
             # device i has its input once its own link has received the others' parts, the last
             # owner's link has sent its part to all of its k - 1 peers and a shared medium has
             # carried every part (from when each is ready); then its split overhead
-            sent = _latest_other([d + s for d, s in zip(done, send)], lat)
-            aired = max((queue_end(done, [w * s / co.units for w, s in zip(ws, shares)]) for ws in co.medium_out),
-                        default=0.0) + co.hop_ms
-            t = [max(max(done[i], lat[i] + arrive) + recv[i], lat[i] + sent[i], aired) + co.split_ms[i]
-                 for i, arrive in enumerate(_latest_other(done, lat))]
-    for compute, recv, _, _, _, reduce_ms in reversed(layers):
-        t = [t[i] + (1 - FORWARD_FRACTION) * compute[i] for i in range(k)]
-        if recv is not None and reduce_ms > 0:
+            rpu = co.recv_ms_per_unit
+            sent = _latest_other([d + (k - 1) * r * s + l for d, r, s, l in zip(done, rpu, shares, lat)])
+            arrive = _latest_other([d + l for d, l in zip(done, lat)])
+            if co.medium_out:
+                aired = max(queue_end(done, [w * s / units for w, s in zip(ws, shares)])
+                            for ws in co.medium_out) + co.hop_ms
+            else:
+                aired = 0.0 + co.hop_ms
+            t = []
+            for d, l, a, r, s, st, o in zip(done, lat, arrive, rpu, shares, sent, co.split_ms):
+                # max(max(d, l + a) + recv, l + st, aired) + o, recv = r * (U - s)
+                u = l + a
+                m = (u if u > d else d) + r * (units - s)
+                u = l + st
+                if u > m:
+                    m = u
+                if aired > m:
+                    m = aired
+                t.append(m + o)
+        if prefixes is not None:
+            after = len(prefixes) + 1
+            prefixes[(node, shares)] = (after, t, back, reduce_ms)
+            node = after
+        layers.append((back, reduce_ms))
+        previous_shares, previous_units = shares, dim.units
+    for back, reduce_ms in reversed(layers):
+        t = [x + b for x, b in zip(t, back)]
+        if reduce_ms > 0:  # a split layer's backward collective: every device waits for it
             t = [max(t) + reduce_ms] * k
-    return max(t[i] + group[i].step_overhead_ms / 2 for i in range(k))
+    return max(x + d.step_overhead_ms / 2 for x, d in zip(t, group))
+
+
+def _layer_terms(co: LayerCoeffs, shares: Shares, previous_shares: Shares,
+                 previous_units: int) -> tuple[list[float], list[float], float]:
+    """(forward ms, backward ms per device, the backward collective's ms: 0 when the layer is not split)
+    of one layer given its shares and the previous layer's."""
+    compute = co.compute_ms(shares)
+    forward = [FORWARD_FRACTION * c for c in compute]
+    backward = [BACKWARD_FRACTION * c for c in compute]
+    if not shares:
+        return forward, backward, 0.0
+    return forward, backward, (co.reduce_scatter_ms(previous_shares, previous_units) if previous_shares
+                               else co.allreduce_ms)
 
 
 def queue_end(ready: Sequence[float], work: Sequence[float]) -> float:
@@ -89,12 +147,12 @@ def queue_end(ready: Sequence[float], work: Sequence[float]) -> float:
     return end
 
 
-def _latest_other(done: Sequence[float], lat: Sequence[float]) -> list[float]:
-    """Per device i: max over the other devices s of done_s + lat_s (when the last part for i leaves
-    its owner's link), from the two largest values: O(k) instead of O(k^2)."""
-    sent = [d + l for d, l in zip(done, lat)]
-    if len(sent) < 2:
-        return [-float("inf")] * len(sent)
-    first = max(range(len(sent)), key=sent.__getitem__)
-    second = max(v for j, v in enumerate(sent) if j != first)
-    return [second if i == first else sent[first] for i in range(len(sent))]
+def _latest_other(sent: list[float]) -> list[float]:
+    """Per device i: the max over the other devices s of ``sent[s]`` (``sent[s]`` = done_s + lat_s: when
+    the last part for i leaves its owner's link), from the two largest values: O(k) instead of O(k^2).
+    The first largest (the one ``max`` returns) is the one the others see. Needs k >= 2."""
+    top = max(sent)
+    first = sent.index(top)
+    out = [top] * len(sent)
+    out[first] = sent[1 - first] if len(sent) == 2 else max(sent[:first] + sent[first + 1:])
+    return out

@@ -29,8 +29,8 @@ def test_the_result_and_the_work_s_own_error_come_back():
 
     def fails():
         raise ValueError("bad shape")
-    with pytest.raises(ValueError, match="bad shape"):
-        watched(fails, lambda: None, 5, "x")
+    with pytest.raises(ValueError, match="bad shape"):  # after reap_s (default 1 s): no device died
+        watched(fails, lambda: None, 5, "x", reap_s=0.05)
 
 
 def test_an_error_from_a_device_that_died_is_reported_as_its_death():
@@ -39,8 +39,8 @@ def test_an_error_from_a_device_that_died_is_reported_as_its_death():
 
     def rpc_fails():
         raise ConnectionError("socket closed")
-    with pytest.raises(DeviceDied, match="pi2"):
-        watched(rpc_fails, check, 5, "round 1 of 3")
+    with pytest.raises(DeviceDied, match="pi2"):  # check() sees the death within reap_s of the error
+        watched(rpc_fails, check, 5, "round 1 of 3", reap_s=0.4)
 
 
 def test_a_stuck_wait_ends_at_its_deadline_naming_what_it_waited_for():

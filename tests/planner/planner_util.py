@@ -4,9 +4,10 @@ import random
 import time
 
 from edgemesh_tf.planner import model_stats, plan
-from edgemesh_tf.planner.cost import predict
+from edgemesh_tf.planner.cost import fixed_memory_bytes, layer_coeffs, predict
 from edgemesh_tf.planner.division import quantum
 from edgemesh_tf.planner.polish import compositions  # noqa: F401 (the tests import it from here)
+from edgemesh_tf.planner.simulate import simulate_step_ms
 from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
 
 BIG = 1 << 40  # bytes: a memory budget that never binds
@@ -30,7 +31,36 @@ def profile(spec, devices, batch):
 
 def exhaustive_best(group, stats, chunks, profile_batch=None, fits=False):
     """The least predicted step ms over every replicate/split choice and share vector of every dim
-    (with ``fits``: only plans within every device's memory_bytes; None if there is none)."""
+    (with ``fits``: only plans within every device's memory_bytes; None if there is none).
+
+    Each division's step ms and bytes are ``predict``'s (its step_ms is ``simulate_step_ms`` on the
+    group's ``layer_coeffs``, its memory_bytes the fixed bytes plus each dim's bytes per unit held):
+    computed here from coefficients made once per search rather than once per division."""
+    k = len(group)
+    options = []
+    for d in stats.dims:
+        q = quantum(d.units, k, chunks)
+        opts = [None] + ([tuple(x * q for x in c) for c in compositions(d.units // q, k)] if q else [])
+        options.append(opts)
+    pb = profile_batch or stats.batch
+    coeffs = [layer_coeffs(group, d, stats.batch, pb) for d in stats.dims]
+    fixed = fixed_memory_bytes(stats, k)
+    best = None
+    for combo in itertools.product(*options):
+        if fits:
+            memory = list(fixed)
+            for co, s in zip(coeffs, combo):  # in predict's order
+                for i in range(k):
+                    memory[i] += co.mem_per_unit * (s[i] if s else co.units)
+            if any(m > d.memory_bytes for m, d in zip(memory, group)):
+                continue
+        step_ms = simulate_step_ms(group, stats, {d.name: s for d, s in zip(stats.dims, combo)}, pb, coeffs)
+        best = step_ms if best is None else min(best, step_ms)
+    return best
+
+
+def exhaustive_best_by_predict(group, stats, chunks, profile_batch=None, fits=False):
+    """``exhaustive_best`` with ``predict`` called on every division (what it stands for; slower)."""
     k = len(group)
     options = []
     for d in stats.dims:

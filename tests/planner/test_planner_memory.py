@@ -1,5 +1,6 @@
 """The memory model (planner/memory.py): its terms, the least-squares fit of measured peaks, the
 shipped fit's file, and the planner's use of it."""
+import functools
 import json
 
 import pytest
@@ -125,8 +126,10 @@ def _pi4(stats):
             for i, (n, g, m) in enumerate([("jetson0", 25, 1024), ("pi1", 18, 512), ("pi2", 18, 256), ("pi3", 10, 192)])]
 
 
+@functools.lru_cache(maxsize=None)
 def _pi4_plan(name, commit_interval):
-    """(devices too small for a whole replica of `name` (32x32, batch 32), the pi4 plan, its devices)."""
+    """(devices too small for a whole replica of `name` (32x32, batch 32), the pi4 plan, its devices);
+    planned (and its checks run) once per argument: two tests read the vgg16 plan at commit interval 8."""
     from planner_util import profile
 
     from edgemesh_tf.planner import plan

@@ -7,7 +7,7 @@ from planner_util import compositions, device, exhaustive_best
 from specs import sequential
 
 from edgemesh_tf.planner import PlanError, divide, model_stats, predict
-from edgemesh_tf.planner.cost import layer_coeffs
+from edgemesh_tf.planner.cost import fixed_memory_bytes, layer_coeffs
 from edgemesh_tf.planner.division import quantum, solve_layer
 
 # (devices, chunks, layers): at most 4 devices and 3 layers, coarse shares keep the search small.
@@ -89,3 +89,23 @@ def test_tight_memory_finds_a_fitting_plan_when_one_exists(seed):
     got = divide(group, stats, chunks=chunks).prediction
     assert all(m <= d.memory_bytes for m, d in zip(got.memory_bytes, group))
     assert best - 1e-9 <= got.step_ms <= best * 1.3
+
+
+@pytest.mark.parametrize("fits", [False, True])
+def test_the_exhaustive_reference_is_predicts_best(fits):
+    """planner_util.exhaustive_best takes each division's step and bytes from coefficients made once per
+    search; it returns what calling ``predict`` on every division returns (with ``fits``: every budget
+    halfway between the least a device can hold and what the unconstrained division gives it)."""
+    from planner_util import exhaustive_best_by_predict
+
+    rng = random.Random(1003)
+    k, chunks, n_layers = CASES[0 if fits else 1]
+    stats = model_stats(_spec(rng, n_layers, chunks), batch=8)
+    group = _group(rng, stats, k, split_overhead=True)
+    if fits:
+        free = divide(group, stats, chunks=chunks).prediction.memory_bytes
+        floor = max(fixed_memory_bytes(stats, k)) + sum(layer_coeffs(group, d, 8, 8).mem_per_unit for d in stats.dims)
+        group = [dataclasses.replace(d, memory_bytes=int(floor + (free[i] - floor) * 0.5)) for i, d in enumerate(group)]
+        assert exhaustive_best(group, stats, chunks, fits=True) > exhaustive_best(group, stats, chunks)  # it binds
+    best = exhaustive_best(group, stats, chunks, fits=fits)
+    assert best is not None and best == exhaustive_best_by_predict(group, stats, chunks, fits=fits)

@@ -26,9 +26,14 @@ def _master_bytes(g):
     return by_device
 
 
-def test_spread_puts_the_masters_on_every_device_with_balanced_bytes(vgg_digits):
-    layout = _layout(vgg_digits, 3)
-    g = build_train_graph(vgg_digits, layout, 8)
+@pytest.fixture(scope="module")
+def spread3(vgg_digits):
+    """The default (spread) train graph of a 3-way split, batch 8: two tests only read it."""
+    return build_train_graph(vgg_digits, _layout(vgg_digits, 3), 8)
+
+
+def test_spread_puts_the_masters_on_every_device_with_balanced_bytes(spread3):
+    g = spread3
     spread = _master_bytes(g)
     assert len(spread) == 3, spread
     total, biggest = sum(spread.values()), max(4 * v for v in _param_counts(g))
@@ -67,11 +72,11 @@ def test_spread_and_first_train_to_the_same_weights(vgg_digits, digits):
     assert max(float(np.max(np.abs(got[0][k] - got[1][k]))) for k in got[0]) < 1e-6
 
 
-def test_slices_are_gathered_where_their_master_lives(vgg_digits):
+def test_slices_are_gathered_where_their_master_lives(spread3):
     """copy_slices_to_masters concatenates each split tensor on its master's device. mtf's default (the
     first slice's device) made device 0 of a split receive every split tensor whole and forward it:
     an engine replica's device 0 peaked ~1.5 x the model's bytes above its peers (bench/memory_fit.py)."""
-    g = build_train_graph(vgg_digits, _layout(vgg_digits, 3), 8)
+    g = spread3
     concats, todo = [], [g.copy_slices_to_masters]
     while todo:  # tf.group nests NoOps (one per device) over the assigns
         op = todo.pop()
