@@ -54,9 +54,9 @@ def profile_cache_lines(c: dict | None) -> list[str]:
         lines = ["profile kept for the next run on these devices, model and batch: %s" % c["entry"]]
     else:
         lines = []
-    for group, (planned, measured) in (c.get("off") or {}).items():
-        lines.append("profile check: %s iterated in %.0f ms where the plan said %.0f ms: the devices have changed "
-                     "since they were profiled%s" % (group, measured, planned,
+    for group, (reference, measured) in (c.get("off") or {}).items():
+        lines.append("profile check: %s iterated in %.1f ms where the first run on this profile measured %.1f ms: "
+                     "the devices have changed since they were profiled%s" % (group, measured, reference,
                                                      "; the cached profile is dropped, the next run measures "
                                                      "them again" if c.get("dropped") else ""))
     return lines

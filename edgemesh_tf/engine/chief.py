@@ -7,8 +7,8 @@ evaluations (evaluator.py, a thread) to `Decisions.step` and carries out the act
 board writes, ps counters, records (records.py: `<logdir>/chief.jsonl`, TensorBoard, the caller's
 `emit`), checkpoints. It asks the launcher (`rejoin`) to restart lost groups. At the stop it raises
 the stop flag at once (an evaluation in flight is cancelled, not waited for), pulls the global model
-at the stop (then `after_stop`: the launcher may lift the testbed's limits), evaluates it on the
-whole test set, waits for the groups' last pushes, checkpoints and returns the final record.
+at the stop, evaluates it on the whole test set, waits for the groups' last pushes, checkpoints and
+returns the final record.
 """
 from __future__ import annotations
 
@@ -59,13 +59,12 @@ class Chief:
     def __init__(self, cfg: JobConfig, target: str, emit: Callable[[records.Record], None] = lambda rec: None,
                  exited_groups: Callable[[], dict] = dict, wait_groups: Callable[[float], None] = lambda t: None,
                  rejoin: Callable[[dict, float], list] = lambda lost, t: [],
-                 before_start: Callable[[], None] = lambda: None, after_stop: Callable[[], None] = lambda: None,
+                 before_start: Callable[[], None] = lambda: None,
                  check_servers: Callable[[], None] = lambda: None):
         self.cfg, self.target = cfg, target
         self.exited_groups, self.wait_groups, self.rejoin = exited_groups, wait_groups, rejoin
         self.before_start = before_start  # called once every group is ready, before the clock starts
         self.check_servers = check_servers  # raises RuntimeError naming a device whose server exited (the testbed's)
-        self.after_stop = after_stop  # called once the global model at the stop is pulled: nothing after is measured
         self.stop_request = self.t0 = None  # why to stop (str); monotonic s training began
         self._replica = ReplicaLocks()  # evaluations (a thread) and checkpoints
         self.data = load_dataset(cfg.dataset, cfg.data_path)
@@ -138,13 +137,12 @@ class Chief:
             self._run(sess, self.g.pull)
             return self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()})
 
-    def _evaluate(self, sess, full: bool = False, cancelled: Callable[[], bool] = lambda: False,
-                  pulled: Callable[[], None] = lambda: None) -> tuple[float, float] | None:
+    def _evaluate(self, sess, full: bool = False,
+                  cancelled: Callable[[], bool] = lambda: False) -> tuple[float, float] | None:
         """The global model's (accuracy on the evaluation subset or the final one (full), training-subset
-        loss); None if cancelled() turned true. pulled(): called once the model is pulled."""
+        loss); None if cancelled() turned true."""
         def copy():
             self._run(sess, self.g.pull)
-            pulled()
             self._run(sess, self.g.train.copy_masters_to_slices)
         x, y = (self.final_x, self.final_y) if full else (self.eval_x, self.eval_y)
         return self._replica.evaluation(copy, lambda: evaluate(
@@ -215,7 +213,7 @@ class Chief:
         # The final accuracy is the global model's at the stop, pulled now: a round still in flight would
         # push work done after it (past the budget, or after the target was reached). The groups finish
         # that round (up to a dense push over the slowest link) while the chief evaluates.
-        at_stop = self._evaluate(sess, full=True, pulled=self.after_stop)
+        at_stop = self._evaluate(sess, full=True)
         with self._replica.masters:  # the model that evaluation measured: what an export writes
             checkpoint.save(os.path.join(cfg.logdir, checkpoint.FINAL_MODEL),
                             self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()}),

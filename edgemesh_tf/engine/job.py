@@ -172,9 +172,9 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
     testbed: an already running `EmulatedCluster` of `cluster` to use (and leave running). pool: a
     `warm.WarmGroups` whose processes run the group clients (a benchmark of many jobs on one testbed).
     fast_setup: the testbed's CPU quotas and link rates are lifted while the groups set up (first graph
-    runs, warm-up) and restored before the chief starts the clock, and lifted again once the chief has
-    pulled the global model at the stop (the groups' rounds in flight, the final evaluation); no
-    measured figure changes, a job starts and ends sooner."""
+    runs, warm-up) and restored before the chief starts the clock; no measured figure changes, a job
+    starts sooner. (They stay in force after the stop: the groups' rounds in flight at the stop are
+    counted in the job's totals, so they must run at the devices' speed.)"""
     by_device = {d.device_string: d.name for d in cluster.devices}
     # this launch's own ready flag: its groups must not start on one left by an earlier job on these servers
     cfg = dataclasses.replace(cfg, job_token=secrets.randbelow(2 ** 62) + 2)
@@ -193,7 +193,7 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
         rejoiner = Rejoiner(cfg, groups, servers.launch, servers.addresses)
         try:
             chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait,
-                          rejoin=rejoiner.tick, before_start=restore, after_stop=lift,
+                          rejoin=rejoiner.tick, before_start=restore,
                           check_servers=servers.testbed.check if servers.testbed is not None else lambda: None)
             with _stop_on_sigterm(chief):
                 final = chief.run()

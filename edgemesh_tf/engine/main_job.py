@@ -85,7 +85,7 @@ def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: Sync
     stored there) and plans groups and filter division for the commit rate of ``sync``'s strategy;
     writes ``<logdir>/profile.json`` and ``<logdir>/plan.yaml``. Returns (profile, plan, profile path,
     plan path, cache), cache: {"entry": the cache file or None, "reused": bool, "age_s": age of a
-    reused profile}. plan_options: of ``planner.plan`` (e.g. memory_fraction, groups)."""
+    reused profile, "profiled_iteration_ms": {group: ms} the first job on it measured, or {}}. plan_options: of ``planner.plan`` (e.g. memory_fraction, groups)."""
     from edgemesh_tf.engine import rules
     from edgemesh_tf.planner import plan, write_plan
     from edgemesh_tf.planner.calibrate import steps_to_time
@@ -99,11 +99,12 @@ def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: Sync
     cached = profile_cache.load_cached(cache_dir, key) if cache_dir and not reprofile else None
     if cached is not None:
         profile = cached.profile
-        cache = {"entry": cached.path, "reused": True, "age_s": round(cached.age_s(time.time()), 1)}
+        cache = {"entry": cached.path, "reused": True, "age_s": round(cached.age_s(time.time()), 1),
+                 "profiled_iteration_ms": cached.iteration_ms}
     else:
         profile = profile_servers(cluster, spec, batch, servers, **steps_to_time(budgets(cluster), spec, batch))
         entry = profile_cache.store(cache_dir, key, profile, description) if cache_dir else None
-        cache = {"entry": entry, "reused": False, "age_s": 0.0}
+        cache = {"entry": entry, "reused": False, "age_s": 0.0, "profiled_iteration_ms": {}}
     profile_path = os.path.join(logdir, "profile.json")
     save_profile(profile, profile_path)
     # a group pushes and pulls once per commit: the planner amortises that over the strategy's iterations
@@ -113,20 +114,22 @@ def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: Sync
     return profile, result, profile_path, plan_path, cache
 
 
-def check_profile(cluster, result, plan_path: str, batch: int, final: dict, cache: dict) -> dict:
-    """Whether the profile still describes the devices: each group's measured iteration time against
-    the plan's (``profiling.cache.off_profile``). A profile that is off is dropped from the cache, so
-    the next run measures the devices again. Returns {"off": {group: [planned ms, measured ms]},
-    "dropped": the dropped cache file or None}."""
-    from edgemesh_tf.engine.job import groups_of_plan
-    from edgemesh_tf.profiling.cache import drop, off_profile
+def check_profile(final: dict, cache: dict) -> dict:
+    """Whether a cached profile still describes the devices. The first job on a fresh profile records
+    each group's measured iteration time in its cache entry; a job that reuses the profile compares
+    its own against those (``profiling.cache.off_profile``: the engine's measurement on both sides,
+    so a plan's model error is no drift). An entry that is off is dropped, so the next run measures
+    the devices again. Returns {"off": {group: [reference ms, measured ms]}, "dropped": the dropped
+    cache file or None}."""
+    from edgemesh_tf.profiling.cache import drop, off_profile, record_iterations
 
-    names = [g.name for g in groups_of_plan(cluster, result, plan_path, batch)]
-    planned = {n: g.prediction.step_ms for n, g in zip(names, result.groups)}
-    measured = {n: t.get("iteration_ms", 0.0) for n, t in final.get("group_time", {}).items()}
-    off = off_profile(planned, measured)
+    measured = {n: t.get("iteration_ms") or 0.0 for n, t in final.get("group_time", {}).items()}
+    reference = cache.get("profiled_iteration_ms") or {}
+    off = off_profile(reference, measured)
+    if cache.get("entry") and not reference and measured:
+        record_iterations(cache["entry"], measured)
     dropped = cache["entry"] if off and cache.get("entry") and drop(cache["entry"]) else None
-    return {"off": {g: [round(p, 1), round(m, 1)] for g, (p, m) in off.items()}, "dropped": dropped}
+    return {"off": {g: [round(r, 1), round(m, 1)] for g, (r, m) in off.items()}, "dropped": dropped}
 
 
 def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, servers, emulate: bool,
@@ -183,7 +186,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
         check_exportable(spec)  # before any training: a model that cannot go out says so now
     os.makedirs(s.logdir, exist_ok=True)
     t_start = time.monotonic()
-    with reach_servers(cluster, job.emulate) as servers:
+    with reach_servers(cluster, job.emulate, server_timeout_s=s.server_timeout_s) as servers:
         testbed = servers.summary
         emit(records.Testbed(**testbed))
         t0 = time.monotonic()
@@ -195,7 +198,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
                              reused_age_s=cache["age_s"]))
         final = train_planned(cluster, plan_path, job.batch, s, servers, job.emulate, emit,
                               device_info=_device_info(cluster, profile, result), profile_path=profile_path)
-        cache.update(check_profile(cluster, result, plan_path, job.batch, final, cache))
+        cache.update(check_profile(final, cache))
     summary = {"cluster": job.cluster, "model": s.model, "dataset": s.dataset, "strategy": s.sync.strategy,
                "testbed": testbed, "setup_s": round(time.monotonic() - t_start - final["t"], 1),
                "train_s": final["t"], "accuracy": final["accuracy"], "target_accuracy": s.target_accuracy,

@@ -12,7 +12,10 @@ memory, link rate and latency, shared medium, SIMD width), the chief's and the p
 model's layers, the batch, whether the testbed is emulated, and the profiler's own source code (a
 changed profiler measures anew). Any change to one of them is a different key, so a different
 device, model or batch is profiled afresh. An entry older than ``max_age_s`` is stale (a device
-may have changed in ways the file does not say); ``drop`` removes one that a run found wrong.
+may have changed in ways the file does not say). The first job that trains on a fresh profile
+records each group's measured iteration time in the entry (``record_iterations``); a later job that
+reuses the profile compares its own against them (``off_profile``, the same measurement on both
+sides) and ``drop``s the entry when a group is off: its devices have changed.
 
 Pure except for the file reads and writes; no TensorFlow.
 """
@@ -93,11 +96,13 @@ def entry_path(cache_dir: str, key: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Cached:
-    """A profile read from the cache: its file and when it was measured (s since the epoch)."""
+    """A profile read from the cache: its file, when it was measured (s since the epoch) and
+    {group: ms} of each group's iteration in the first job that trained on it (empty until recorded)."""
 
     profile: Profile
     path: str
     measured_at: float
+    iteration_ms: dict = dataclasses.field(default_factory=dict)
 
     def age_s(self, now: float) -> float:
         return max(0.0, now - self.measured_at)
@@ -110,7 +115,8 @@ def load_cached(cache_dir: str, key: str, max_age_s: float = MAX_AGE_S, now: flo
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        cached = Cached(profile_from_dict(data["profile"], path), path, float(data["measured_at"]))
+        cached = Cached(profile_from_dict(data["profile"], path), path, float(data["measured_at"]),
+                        {str(g): float(ms) for g, ms in data.get("iteration_ms", {}).items()})
     except (OSError, ValueError, KeyError, TypeError):
         return None
     now = time.time() if now is None else now
@@ -118,16 +124,34 @@ def load_cached(cache_dir: str, key: str, max_age_s: float = MAX_AGE_S, now: flo
 
 
 def store(cache_dir: str, key: str, profile: Profile, description: dict, now: float | None = None) -> str:
-    """Writes ``profile`` as entry ``key`` (atomically: a reader never sees half a file); returns its path."""
+    """Writes ``profile`` as entry ``key`` (atomically); returns its path."""
     path = entry_path(cache_dir, key)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data = {"measured_at": time.time() if now is None else now, "for": description,
             "profile": json.loads(profile.to_json())}
+    _write(path, data)
+    return path
+
+
+def record_iterations(path: str, iteration_ms: dict[str, float]) -> bool:
+    """Adds {group: measured ms per iteration} to the entry at ``path`` as the reference a later job
+    on the same profile is checked against; False when the entry is gone or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return False
+    data["iteration_ms"] = {g: float(ms) for g, ms in iteration_ms.items() if ms}
+    _write(path, data)
+    return True
+
+
+def _write(path: str, data: dict) -> None:
+    """Atomically: a reader never sees half a file."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, default=str)
     os.replace(tmp, path)
-    return path
 
 
 def drop(path: str) -> bool:
@@ -140,18 +164,18 @@ def drop(path: str) -> bool:
 
 
 DRIFT_TOLERANCE = 0.5
-"""A group whose measured iteration time is more than this fraction off its planned one (1.5x slower
-or faster) says the profile no longer describes its devices."""
+"""A group whose measured iteration time is more than this fraction off the one measured when its
+profile was fresh (1.5x slower or faster) says the profile no longer describes its devices."""
 
 
-def off_profile(planned_ms: dict[str, float], measured_ms: dict[str, float],
+def off_profile(reference_ms: dict[str, float], measured_ms: dict[str, float],
                 tolerance: float = DRIFT_TOLERANCE) -> dict[str, tuple[float, float]]:
-    """{group: (planned ms, measured ms)} of the groups whose measured iteration time (ms) is off the
-    planned one by more than ``tolerance`` either way (ratio above 1 + tolerance or under
-    1 / (1 + tolerance)); groups with no measurement (0 or missing) are left out."""
+    """{group: (reference ms, measured ms)} of the groups whose measured iteration time (ms) is off the
+    reference by more than ``tolerance`` either way (ratio above 1 + tolerance or under
+    1 / (1 + tolerance)); groups without both figures (0 or missing) are left out."""
     out = {}
-    for group, planned in planned_ms.items():
+    for group, reference in reference_ms.items():
         measured = measured_ms.get(group) or 0.0
-        if planned > 0 and measured > 0 and not 1 / (1 + tolerance) <= measured / planned <= 1 + tolerance:
-            out[group] = (planned, measured)
+        if reference > 0 and measured > 0 and not 1 / (1 + tolerance) <= measured / reference <= 1 + tolerance:
+            out[group] = (reference, measured)
     return out

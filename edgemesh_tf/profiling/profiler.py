@@ -6,12 +6,10 @@ the emulated testbed adds the server pids, so peak memory can be read from /proc
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import logging
 import math
 import statistics
-import threading
 import time
 from typing import Mapping, Sequence
 
@@ -123,7 +121,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                     master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_devices: Sequence[str] = (),
                     split_step_devices: Sequence[str] = (), split_step_sizes: Mapping[str, Sequence[int]] | None = None,
                     whole_beside_split: Sequence[str] = (), whole_step_repeats: int = 5,
-                    config: tf.ConfigProto | None = None, layers_in_parallel: bool = True) -> Profile:
+                    config: tf.ConfigProto | None = None) -> Profile:
     """Measures every device in ``devices``; ``master_device`` is where transfers are received.
     whole_step_devices: names of devices to also time at least ``whole_step_repeats`` real training
     steps of the whole model on, each alone (their ``whole_step_ms``; each must hold the model).
@@ -132,9 +130,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     over them ({dim: shares}; None or {}: evenly, ``even_split_layout``). whole_beside_split: those
     of ``whole_step_devices`` whose whole steps are timed interleaved with the split step, step by
     step (their servers hold both graphs at once), so that the machine's drift between minutes does
-    not move the ratio of the two. layers_in_parallel: time the layers of every device at once (each
-    computes on its own processor; round trips and links are timed one device at a time either way),
-    else one device after another."""
+    not move the ratio of the two."""
     shapes = layer_shapes(spec, batch)
     idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
     graph = tf.Graph()
@@ -152,31 +148,21 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
         # Round trips are the largest term of a step on slow links: sample them more than layers.
         rtt_repeats = 4 * repeats
         local_ms, _ = robust_median(_timed(sess, local, rtt_repeats))  # TF's own cost of a run, no network
-        # round trips one device at a time: nothing else crosses the chief's link while one is timed
-        base_ms = {d.name: robust_median(_timed(sess, base[d.name], rtt_repeats))[0] for d in devices}
-        building = threading.Lock()  # graph building is not thread-safe; runs are
-
-        def layers_of(d: DeviceToProfile) -> tuple[tuple[LayerTiming, ...], float]:
+        for d in devices:
             t0 = time.perf_counter()
+            base_ms, _ = robust_median(_timed(sess, base[d.name], rtt_repeats))
             timings = []
             for s in shapes:
                 samples = _timed(sess, ops[d.name][s.name], 1)
-                n = passes_per_run(samples[0], base_ms[d.name], reps)
+                n = passes_per_run(samples[0], base_ms, reps)
                 if n == 1:
                     samples += _timed(sess, ops[d.name][s.name], repeats - 1, warmup=False)
                 else:
-                    with building, graph.as_default():  # the session extends its graph at the next run
+                    with graph.as_default():  # the session extends its graph at the next run
                         chained = build_layer_op(tf, s, d.device, n)
                     samples = _timed(sess, chained, repeats)
                 med, iqr = robust_median(samples)
-                timings.append(LayerTiming(s.name, round(max(0.0, med - base_ms[d.name]) / n, 3), round(iqr / n, 3)))
-            return tuple(timings), time.perf_counter() - t0
-
-        # each device computes its layers on its own processor: all devices at once (layers_in_parallel)
-        with concurrent.futures.ThreadPoolExecutor(len(devices) if layers_in_parallel else 1) as pool:
-            layer_times = dict(zip([d.name for d in devices], pool.map(layers_of, devices)))
-        for d in devices:  # links one at a time, as the round trips
-            timings, took_s = layer_times[d.name]
+                timings.append(LayerTiming(s.name, round(max(0.0, med - base_ms) / n, 3), round(iqr / n, 3)))
             sizes, times = [], []
             for n, op in zip(TRANSFER_BYTES + LARGE_TRANSFER_BYTES, transfers[d.name]):
                 if n in LARGE_TRANSFER_BYTES and not large_transfers(sizes, times):
@@ -187,13 +173,13 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
             _, bw = fit_link(sizes, times)
             # One-way latency: half the empty run's round trip beyond TF's own cost of a run. (The
             # fit's intercept is biased low: a token bucket lets small transfers burst.)
-            latency_ms = max(0.0, base_ms[d.name] - local_ms) / 2.0
+            latency_ms = max(0.0, base_ms - local_ms) / 2.0
             peak = max(0, read_vm_kb(d.pid, "VmHWM") - idle_kb.get(d.name, 0)) * 1024 if d.pid else 0
-            out.append(DeviceProfile(name=d.name, device=d.device, layers=timings,
+            out.append(DeviceProfile(name=d.name, device=d.device, layers=tuple(timings),
                                      memory_bytes=d.memory_bytes, bandwidth_mbit=round(bw, 2),
-                                     latency_ms=round(latency_ms, 3), step_overhead_ms=round(base_ms[d.name], 3),
+                                     latency_ms=round(latency_ms, 3), step_overhead_ms=round(base_ms, 3),
                                      peak_memory_bytes=peak))
-            logging.info("profiled %s's layers in %.1f s: %s", d.name, took_s,
+            logging.info("profiled %s in %.1f s: %s", d.name, time.perf_counter() - t0,
                          ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings))
     tf.Session.reset(session_target)  # frees the transfers' variables on the devices
     from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout, split_layout

@@ -157,19 +157,19 @@ def _message_of(err_text, c, name):
 
 
 @pytest.mark.subprocess
-def test_train_noemulate_with_a_worker_missing_stops_naming_it(local_cluster):
-    """`edgemesh train --cluster --sync --noemulate` (run_job: what `edgemesh run` trains with) as a user runs it."""
+@pytest.mark.parametrize("command", [["run"], ["train", "--sync", "bsp"]])
+def test_run_and_train_noemulate_with_a_worker_missing_stop_naming_it(local_cluster, command):
+    """`edgemesh run --noemulate` (the main job) and `edgemesh train --sync --noemulate` as a user runs them."""
     c, servers = local_cluster
     servers.only_missing("slow")
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", "train", "--cluster", c.path, "--noemulate",
-                        "--sync", "bsp", "--model", "vgg", "--server_timeout_s", "4",
-                        "--logdir", os.path.join(servers.tmp, "run")],
+    p = subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", *command, "--cluster", c.path, "--noemulate",
+                        "--model", "vgg", "--server_timeout_s", "4", "--logdir", os.path.join(servers.tmp, "run")],
                        cwd=REPO, capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=REPO))
     took = time.monotonic() - t0
     assert p.returncode != 0, p.stdout[-2000:]
     assert took < 30, took
-    assert "edgemesh train: 1 of the 4 TF servers of %s did not answer within 4 s" % c.path in p.stderr, \
+    assert "edgemesh %s: 1 of the 4 TF servers of %s did not answer within 4 s" % (command[0], c.path) in p.stderr, \
         p.stderr[-3000:]
     _message_of(p.stderr, c, "slow")
     assert "nothing listens there (connection refused)" in p.stderr

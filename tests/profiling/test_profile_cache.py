@@ -66,10 +66,10 @@ def test_a_damaged_entry_is_measured_again_not_an_error(tmp_path):
 
 
 def test_off_profile_names_the_groups_beyond_the_tolerance_either_way():
-    planned = {"a": 100.0, "b": 100.0, "c": 100.0, "d": 100.0}
+    reference = {"a": 100.0, "b": 100.0, "c": 100.0, "d": 100.0}
     measured = {"a": 149.0, "b": 151.0, "c": 66.0, "d": 0.0}
-    assert cache.off_profile(planned, measured, tolerance=0.5) == {"b": (100.0, 151.0), "c": (100.0, 66.0)}
-    assert cache.off_profile(planned, {}, tolerance=0.5) == {}
+    assert cache.off_profile(reference, measured, tolerance=0.5) == {"b": (100.0, 151.0), "c": (100.0, 66.0)}
+    assert cache.off_profile(reference, {}, tolerance=0.5) == {}
 
 
 def test_drop_removes_the_entry_once(tmp_path):
@@ -127,13 +127,20 @@ def test_the_main_job_plans_from_the_cached_profile_without_touching_the_servers
                                          cache_dir=str(tmp_path / "cache"))
     assert measured == [1, 1] and not again["reused"] and not other["reused"] and again["entry"] != other["entry"]
 
-    # a run whose groups iterate as planned keeps the entry; one whose groups take 2x the planned time drops it
+    # the first job on a fresh profile records its groups' iteration times in the entry; a job reusing the
+    # profile keeps it when its groups iterate within 1.5x of those, and drops it when they take 2x
     names = [g.name for g in groups_of_plan(c, result, plan_path, 32)]
 
     def final(factor):
-        return {"group_time": {n: {"iteration_ms": g.prediction.step_ms * factor} for n, g in zip(names, result.groups)}}
-    assert check_profile(c, result, plan_path, 32, final(1.1), again) == {"off": {}, "dropped": None}
-    assert os.path.exists(again["entry"])
-    checked = check_profile(c, result, plan_path, 32, final(2.0), again)
-    assert set(checked["off"]) == set(names) and checked["dropped"] == again["entry"]
-    assert not os.path.exists(again["entry"])
+        return {"group_time": {n: {"iteration_ms": 10.0 * (i + 1) * factor} for i, n in enumerate(names)}}
+    assert check_profile(final(1.0), again) == {"off": {}, "dropped": None}
+    reused = cache.load_cached(str(tmp_path / "cache"), cache.profile_key(c, spec, 32, True))
+    assert reused.iteration_ms == {n: 10.0 * (i + 1) for i, n in enumerate(names)}
+    _, _, _, _, rerun = profile_and_plan(c, spec, 32, None, str(tmp_path / "run"), SyncConfig(),
+                                         cache_dir=str(tmp_path / "cache"))
+    assert rerun["reused"] and rerun["profiled_iteration_ms"] == reused.iteration_ms
+    assert check_profile(final(1.3), rerun) == {"off": {}, "dropped": None} and os.path.exists(rerun["entry"])
+    checked = check_profile(final(2.0), rerun)
+    assert set(checked["off"]) == set(names) and checked["dropped"] == rerun["entry"]
+    assert checked["off"][names[0]] == [10.0, 20.0]
+    assert not os.path.exists(rerun["entry"])
