@@ -11,7 +11,7 @@ import os
 from absl import flags
 
 from edgemesh_tf.cli import cluster_from_flag
-from edgemesh_tf.cluster import tf_config
+from edgemesh_tf.cluster import server, tf_config
 from edgemesh_tf.cluster.ready import SERVER_TIMEOUT_S
 
 SUMMARY = "write a TF_CONFIG JSON and a start command for each device of a cluster file"
@@ -28,6 +28,7 @@ def main(argv):
     print("# Start the server of EVERY device below on its host before `edgemesh run|train|profile --noemulate`;\n"
           "# they wait at most --server_timeout_s (%.0f s) for all to answer, then stop naming the missing ones."
           % SERVER_TIMEOUT_S)
+    print("# " + server.SECURITY_NOTE)
     for d in cluster.devices:
         needs = tf_config.role_needs(cluster, d)
         config = tf_config.tf_config(cluster, d)

@@ -30,6 +30,14 @@ def parse_tf_config(text: str | None = None) -> dict:
     return config
 
 
+SECURITY_NOTE = ("security: a TensorFlow server runs any graph that anyone who reaches its port sends it (no "
+                 "authentication, no encryption), and TensorFlow binds the port on every interface (0.0.0.0); "
+                 "keep the devices on a private network or a VPN between them (WireGuard), and firewall the "
+                 "ports from everything else")
+"""What `edgemesh server` logs at start and `edgemesh tf-config` prints: the risk of a TF server and
+the set-up that contains it."""
+
+
 def start_server(config: Mapping, intra_op_threads: int = 0, inter_op_threads: int = 0):
     """Starts the server of TF_CONFIG's task; returns the tf.distribute.Server.
 
@@ -54,6 +62,7 @@ def serve_until_signal(config: Mapping, ready_file: str | None = None, **threads
     server = start_server(config, **threads)
     task = "/job:%s/task:%d" % (config["task"]["type"], int(config["task"]["index"]))
     logging.info("server ready: %s at %s (pid %d, %.1f s)", task, server.target, os.getpid(), time.monotonic() - t0)
+    logging.warning(SECURITY_NOTE)
     if ready_file:
         with open(ready_file + ".tmp", "w") as f:
             f.write(server.target)

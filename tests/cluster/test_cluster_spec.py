@@ -139,6 +139,7 @@ def test_tf_config_cli_writes_one_file_per_device(tmp_path):
                         os.path.join(REPO, "layouts", "edge4.yaml"), "--out_dir", str(out)],
                        cwd=REPO, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
+    assert "# security: a TensorFlow server runs any graph" in p.stdout and "private network" in p.stdout
     c = spec.load_cluster(os.path.join(REPO, "layouts", "edge4.yaml"))
     for d in c.devices:
         cfg = json.loads((out / (d.name + ".json")).read_text())

@@ -119,7 +119,8 @@ def test_up_run_ops_and_down_leaves_nothing():
         with pytest.raises(ValueError, match="factor of w0 must be > 0"):
             cluster.set_slowdown("w0", 0)
         with open(cluster.devices["w0"].log) as f:
-            assert "server ready: /job:worker/task:0" in f.read()
+            log = f.read()
+            assert "server ready: /job:worker/task:0" in log and "security: a TensorFlow server runs any graph" in log
         # ps0 computes with 128-bit vectors (oneDNN capped), the others with the machine's own
         environ = {n: open("/proc/%d/environ" % cluster.devices[n].pid, "rb").read().split(b"\0") for n in ("w0", "ps0")}
         assert b"ONEDNN_MAX_CPU_ISA=SSE41" in environ["ps0"]
