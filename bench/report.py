@@ -16,8 +16,9 @@ from report_final import final_section
 from report_tta import tta_section, tta_variants_section
 
 ORDER = ("uneven_split", "emulation", "emulation_pi4", "planner", "edgemesh_claims", "time_to_accuracy", "faults",
-         "tta_variants", "final_accuracy", "planner_wifi", "planner_pi4", "own_model")
-NOT_IN_MAKE_BENCH = ("tta_variants", "final_accuracy", "planner_wifi", "planner_pi4", "own_model")  # run by their own make targets; absent is "not run"
+         "tta_variants", "final_accuracy", "planner_wifi", "planner_pi4", "own_model", "setup_time")
+NOT_IN_MAKE_BENCH = ("tta_variants", "final_accuracy", "planner_wifi", "planner_pi4", "own_model",
+                     "setup_time")  # run by their own make targets; absent is "not run"
 
 
 def load(results_dir: str) -> tuple[dict, dict]:
@@ -209,6 +210,27 @@ def own_model_section(rec, out_dir) -> tuple[str, list[str]]:
     return "\n".join(text), []
 
 
+def setup_section(rec, out_dir) -> tuple[str, list[str]]:
+    res = result(rec)
+    text = ["## The main job's set-up: first run and rerun (`make bench-setup`)\n", _status_line(rec)]
+    if not res:
+        return "\n".join(text), []
+    text.append(f"`edgemesh run --cluster {res['cluster']}` (the main job's defaults) with an empty profile cache, "
+                f"then the same command again; each pair with a cache of its own, pairs one after another. "
+                f"`setup_s` from each job's summary.json: from the command's start to the chief's clock, servers, "
+                f"profiling or the cached profile, planning and the groups' start.\n")
+    rows = [[i + 1, fmt(p["first"]["setup_s"], 1, " s"), fmt(p["rerun"]["setup_s"], 1, " s"),
+             "yes" if p["rerun"]["reused"] else "**no**", fmt(p["first"]["train_s"], 1, " s"),
+             fmt(p["rerun"]["train_s"], 1, " s"), fmt(p["first"]["accuracy"], 4), fmt(p["rerun"]["accuracy"], 4)]
+            for i, p in enumerate(res["pairs"])]
+    text.append(table(["Pair", "First set-up", "Rerun set-up", "Rerun reused the profile", "First training",
+                       "Rerun training", "First accuracy", "Rerun accuracy"], rows) + "\n")
+    med = res["median_setup_s"]
+    text.append(f"Medians: first run {fmt(med['first'], 1, ' s')}, rerun {fmt(med['rerun'], 1, ' s')} "
+                f"(rerun / first {fmt(res['rerun_over_first'], 2)}).\n")
+    return "\n".join(text), []
+
+
 def faults_section(rec, out_dir) -> tuple[str, list[str]]:
     res = result(rec)
     text = ["## Faults\n", _status_line(rec)]
@@ -225,6 +247,7 @@ def faults_section(rec, out_dir) -> tuple[str, list[str]]:
 SECTIONS = {"time_to_accuracy": tta_section, "edgemesh_claims": claims_section, "planner": planner_section,
             "emulation": emulation_section, "uneven_split": uneven_section, "faults": faults_section,
             "tta_variants": tta_variants_section, "final_accuracy": final_section, "own_model": own_model_section,
+            "setup_time": setup_section,
             "emulation_pi4": lambda rec, out: emulation_section(rec, out, "emulation_pi4"),
             "planner_wifi": lambda rec, out: planner_section(rec, out, "planner_wifi",
                                                              " on a shared Wi-Fi channel (`make bench-wifi`)"),
@@ -263,7 +286,7 @@ def render(results_dir: str, out_dir: str) -> str:
                 f"{fmt(make_bench_seconds(records), 0)} s = {fmt(make_bench_seconds(records) / 60, 1)} min.\n")
     body = []
     for name in ("time_to_accuracy", "tta_variants", "final_accuracy", "edgemesh_claims", "planner", "planner_pi4",
-                 "planner_wifi", "emulation", "emulation_pi4", "uneven_split", "faults", "own_model"):
+                 "planner_wifi", "emulation", "emulation_pi4", "uneven_split", "faults", "own_model", "setup_time"):
         text, _ = SECTIONS[name](records[name], out_dir)
         body.append(text)
     failed = [r for r in records.values() if r.get("status") != "ok" and r.get("stderr_tail")]

@@ -302,3 +302,17 @@ def test_own_model_section_shows_each_seed_against_plain_tf():
     assert "| 0 | 0.9702 | 0.9567 | yes | 57.0 s | 70.1 s | grid, no split |" in text, text
     assert "| 1 | 0.9785 | 0.9567 | **no** |" in text and "hybrid (splits fc1)" in text, text
     assert "own_model" in report.NOT_IN_MAKE_BENCH and "own_model" in {b.name for b in suite.BENCHES}
+
+
+def test_setup_section_shows_each_pair_and_the_medians():
+    pair = lambda first, rerun, reused: {  # noqa: E731
+        "first": {"setup_s": first, "train_s": 40.0, "accuracy": 0.97, "reused": False},
+        "rerun": {"setup_s": rerun, "train_s": 38.5, "accuracy": 0.9722, "reused": reused}}
+    rec = {"name": "setup_time", "status": "ok", "seconds": 700, "command": "x", "result": {
+        "cluster": "layouts/pi4.yaml", "pairs": [pair(58.0, 24.0, True), pair(61.2, 26.0, False)],
+        "median_setup_s": {"first": 59.6, "rerun": 25.0}, "rerun_over_first": 0.419}}
+    text, _ = report.setup_section(rec, None)
+    assert "| 1 | 58.0 s | 24.0 s | yes | 40.0 s | 38.5 s | 0.97 | 0.9722 |" in text, text
+    assert "| 2 | 61.2 s | 26.0 s | **no** |" in text, text
+    assert "Medians: first run 59.6 s, rerun 25.0 s (rerun / first 0.42)" in text, text
+    assert "setup_time" in report.NOT_IN_MAKE_BENCH and "setup_time" in {b.name for b in suite.BENCHES}
