@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "train": "edgemesh_tf.cli.train",
     "tf-config": "edgemesh_tf.cli.tf_config",
     "server": "edgemesh_tf.cli.server",
+    "launch": "edgemesh_tf.cli.launch",
     "cluster": "edgemesh_tf.cli.cluster",
     "profile": "edgemesh_tf.cli.profile",
     "plan": "edgemesh_tf.cli.plan",

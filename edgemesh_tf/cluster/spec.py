@@ -21,12 +21,19 @@ Raspberry-Pi-class board: one core here does ~70 GFLOP/s of fp32 conv); `speed` 
 the emulator calibrates quotas so that the devices with a speed share what the `cpu_cores`
 devices leave of `cpu_budget_cores` in proportion to their speeds. A device has one or the other.
 Σ cpu_cores must not exceed cpu_budget_cores.
+
+Launch fields (optional, per device; `edgemesh launch` reads them, nothing else does):
+`ssh_user` the login on the device's host, `workdir` the directory the server runs in there
+(absolute, or relative to the login's home) and `edgemesh` the command that runs edgemesh there
+(relative to workdir, e.g. `.venv/bin/edgemesh`). They live in `ClusterFile.launch`, not in
+`Device`, so they do not change a device's profile cache key.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import os
+import shlex
 from typing import Any, Mapping, Sequence
 
 import yaml
@@ -35,8 +42,9 @@ from edgemesh_tf.cluster.simd import ONEDNN_ISA
 from edgemesh_tf.errors import InputError
 
 ROLES = ("chief", "worker", "ps")
+LAUNCH_KEYS = ("ssh_user", "workdir", "edgemesh")
 _DEVICE_KEYS = ("name", "role", "host", "port", "speed", "cpu_cores", "memory_mib", "bandwidth_mbit", "latency_ms",
-                "medium", "simd_bits")
+                "medium", "simd_bits") + LAUNCH_KEYS
 _TOP_KEYS = ("name", "devices", "cpu_budget_cores", "media")
 _MEDIUM_KEYS = ("bandwidth_mbit",)
 MIN_SPEED_SHARE_CORES = 0.1  # what devices with a `speed` need at least, together (calibration floor)
@@ -87,6 +95,19 @@ class Device:
 
 
 @dataclasses.dataclass(frozen=True)
+class Launch:
+    """How `edgemesh launch` reaches a device's host (None: the flag's value, else the default).
+
+    ssh_user: the login on the host; workdir: the directory the server runs in (absolute, or relative
+    to the login's home); edgemesh: the command that runs edgemesh there (relative to workdir).
+    """
+
+    ssh_user: str | None = None
+    workdir: str | None = None
+    edgemesh: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ClusterFile:
     """A validated cluster file. media: {medium name: its rate in Mbit/s, shared by all its devices'
     transfers in both directions (one radio channel)}."""
@@ -96,6 +117,11 @@ class ClusterFile:
     path: str = "<memory>"
     cpu_budget_cores: float = DEFAULT_CPU_BUDGET_CORES
     media: tuple[tuple[str, float], ...] = ()
+    launch: tuple[tuple[str, Launch], ...] = ()  # (device name, its launch fields), devices that give any
+
+    def launch_of(self, name: str) -> Launch:
+        """The launch fields of device `name` (all None if it gives none)."""
+        return dict(self.launch).get(name, Launch())
 
     def device(self, name: str) -> Device:
         for d in self.devices:
@@ -157,7 +183,7 @@ def parse_cluster(data: Any, path: str = "<memory>") -> ClusterFile:
         raise _err(path, None, "devices", "must be a non-empty list of devices")
     budget = _number(path, None, "cpu_budget_cores", data.get("cpu_budget_cores", DEFAULT_CPU_BUDGET_CORES), positive=True)
     media = _media(path, data.get("media", {}))
-    devices, names, addresses, counts = [], {}, {}, {r: 0 for r in ROLES}
+    devices, names, addresses, counts, launch = [], {}, {}, {r: 0 for r in ROLES}, []
     for i, raw in enumerate(raw_devices):
         if not isinstance(raw, Mapping):
             raise _err(path, "#%d" % i, None, "must be a mapping, got %r" % (raw,))
@@ -196,6 +222,8 @@ def parse_cluster(data: Any, path: str = "<memory>") -> ClusterFile:
             raise _err(path, name, "cpu_cores", "give either speed (relative, calibrated) or cpu_cores (absolute), "
                        "not both")
         counts[role] += 1
+        if any(k in raw for k in LAUNCH_KEYS):
+            launch.append((name, Launch(**{k: launch_field(path, name, k, raw.get(k)) for k in LAUNCH_KEYS})))
     if counts["ps"] == 0:
         raise _err(path, None, "role", "no device has role 'ps' (a parameter-server task is required)")
     if counts["worker"] == 0:
@@ -211,7 +239,36 @@ def parse_cluster(data: Any, path: str = "<memory>") -> ClusterFile:
     if not isinstance(name, str) or not name:
         raise _err(path, None, "name", "must be a non-empty string, got %r" % (name,))
     return ClusterFile(name=name, devices=tuple(devices), path=path, cpu_budget_cores=float(budget),
-                       media=tuple(sorted(media.items())))
+                       media=tuple(sorted(media.items())), launch=tuple(launch))
+
+
+_USER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def launch_field(path: str, device: str | None, field: str, value: Any) -> str | None:
+    """A launch field's value (LAUNCH_KEYS; None stays None) checked, else ClusterFileError naming
+    the file (or flag), the device and the field, and what was expected."""
+    if value is None:
+        return None
+    if field == "ssh_user":
+        if not isinstance(value, str) or not value or value[0] in "-." or not set(value) <= _USER_CHARS:
+            raise _err(path, device, field, "must be a login name of [A-Za-z0-9._-] (the user ssh logs in as on "
+                       "the device's host), got %r" % (value,))
+    elif field == "workdir":
+        if not isinstance(value, str) or not value.strip() or any(c in value for c in "\n\r\0"):
+            raise _err(path, device, field, "must be a directory on the device's host (absolute, or relative to "
+                       "the login's home), got %r" % (value,))
+    elif field == "edgemesh":
+        try:
+            words = shlex.split(value) if isinstance(value, str) and "\n" not in value else []
+        except ValueError:
+            words = []
+        if not words:
+            raise _err(path, device, field, "must be the command that runs edgemesh on the device's host "
+                       "(relative to workdir), e.g. '.venv/bin/edgemesh', got %r" % (value,))
+    else:
+        raise KeyError("not a launch field: %r (they are %s)" % (field, list(LAUNCH_KEYS)))
+    return value
 
 
 def _media(path: str, raw: Any) -> dict[str, float]:

@@ -22,6 +22,7 @@ FLAG_UNDER = {"run": ("--sync", "Strategy (--sync and its parameters)"),
               "train": ("--steps", "Single-layout training (without --sync)"),
               "tf-config": ("--out_dir", "edgemesh tf-config flags"),
               "server": ("--ready_file", "edgemesh server flags"),
+              "launch": ("--launch_dir", "edgemesh launch flags"),
               "cluster": ("--network", "edgemesh cluster flags"),
               "profile": ("--repeats", "edgemesh profile flags"),
               "plan": ("--memory_fraction", "edgemesh plan flags")}
