@@ -14,13 +14,14 @@ import pytest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 README = os.path.join(ROOT, "README.md")
 SHELL_FENCES = ("", "sh", "bash", "shell", "console")
-COMMAND_STARTS = ("make ", "edgemesh ", "python ", "tensorboard ", ".venv/bin/")
+COMMAND_STARTS = ("make ", "edgemesh ", "python ", "python3 -m venv ", "tensorboard ", ".venv/bin/", "launch/")
 MAX_BYTES = 10_000
 FIRST = 60  # lines a newcomer reads before scrolling on
 
 THIS = "tests/test_readme.py::"
 MAIN_JOB = "tests/cli/test_run_main_job.py::"
 EXAMPLES = "tests/examples/test_examples.py::"
+LAUNCHED = "tests/cluster/test_launch.py::test_launched_servers_train_to_target_and_a_stopped_one_is_named_within_30_s"
 FLAGS_OF_RUN = "tests/cli/test_flags_reach_config.py::test_every_flag_of_run_reaches_the_main_job_and_its_job_config"
 
 # A README command, or its prefix (the longest that matches wins), -> the tests that run it.
@@ -52,7 +53,14 @@ RUN_BY = {
     ".venv/bin/edgemesh tf-config": ("tests/cluster/test_cluster_spec.py::test_tf_config_cli_writes_one_file_per_device",),
     "edgemesh server": ("tests/cluster/test_emulator.py::test_up_run_ops_and_down_leaves_nothing",),
     ".venv/bin/edgemesh run --cluster": (FLAGS_OF_RUN,
-                                         "tests/profiling/test_profile_run.py::test_real_servers_are_profiled_directly"),
+                                         "tests/profiling/test_profile_run.py::test_real_servers_are_profiled_directly",
+                                         LAUNCHED),
+    # Run on real devices: the install resolved for the boards; launch/cluster.sh on localhost servers
+    "python3 -m venv .venv": ("tests/test_install_platforms.py::test_requirements_have_wheels_for_the_boards",
+                              "tests/test_install_platforms.py::test_setup_py_installs_the_runtime_requirements"),
+    "launch/cluster.sh": (LAUNCHED,  # start, wait, logs, stop as the README shows them; ssh through a stand-in
+                          "tests/cluster/test_launch.py::"
+                          "test_a_remote_device_is_started_waited_for_logged_and_stopped_over_ssh"),
     # Commands: `edgemesh --help` and `edgemesh SUBCOMMAND --help`
     ".venv/bin/edgemesh --help": ("tests/cli/test_help.py::test_help_lists_every_subcommand_and_exits_0",),
     ".venv/bin/edgemesh run --help": ("tests/cli/test_help.py::test_run_help_lists_its_flags_by_group_before_absl_flags",),

@@ -207,6 +207,10 @@ def test_launched_servers_train_to_target_and_a_stopped_one_is_named_within_30_s
         summary = json.load(f)
     assert summary["accuracy"] >= 0.9, summary
 
+    code, out, err, _ = _run([CLUSTER_SH, "logs", path, "--out_dir", "logs"], tmp_path, 30)
+    assert code == 0, err
+    for name, _ in EDGE2:
+        assert "server ready: " in (tmp_path / "logs" / (name + ".log")).read_text(), name
     code, out, err, _ = _run([CLUSTER_SH, "stop", path, "--device", "slow"], tmp_path, 30)
     assert code == 0 and "slow: stopped" in out, (out, err)
     slow = _recorded(launch_dir)["slow"]
