@@ -204,6 +204,9 @@ def stop(launch_dir: str, devices: Sequence[str] | None = None, timeout_s: float
     launch_dir = os.path.abspath(launch_dir)
     state = read_state(launch_dir)
     chosen = {n: e for n, e in _selected(state, devices).items() if e.get("running")}
+    if not chosen:
+        say("nothing to stop: %s records no running server%s" % (
+            state_path(launch_dir), " of " + ", ".join(devices) if devices else ""))
     local = {n: e for n, e in chosen.items() if e["local"] and local_running(e)}
     for e in local.values():
         _signal(e["pid"], signal.SIGTERM)
