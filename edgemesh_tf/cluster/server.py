@@ -1,8 +1,15 @@
-"""A `tf.distribute.Server` for one task, kept alive until SIGTERM/SIGINT."""
+"""A `tf.distribute.Server` for one task, kept alive until SIGTERM/SIGINT.
+
+The server also answers what it runs: `server_facts` (the TensorFlow, edgemesh_tf and Python versions
+of its own process) is registered with TensorFlow's py-function registry under FACTS_TOKEN, so a PyFunc
+op with that token placed on the task runs it in the server's process (`edgemesh cluster check` reads
+it; a py function registered by the client is unknown there: each process has its own registry).
+"""
 from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import threading
 import time
@@ -38,14 +45,47 @@ SECURITY_NOTE = ("security: a TensorFlow server runs any graph that anyone who r
 the set-up that contains it."""
 
 
+FACTS_TOKEN = "edgemesh_server_facts"
+"""The key of `server_facts` in the server process's py-function registry (the `token` of a PyFunc op)."""
+
+
+def server_facts() -> bytes:
+    """JSON of this process's versions: {"tensorflow", "edgemesh_tf", "python"} (run in the server's
+    process by a PyFunc op with FACTS_TOKEN placed on its task)."""
+    import tensorflow as tf
+
+    import edgemesh_tf
+
+    return json.dumps({"tensorflow": tf.__version__, "edgemesh_tf": edgemesh_tf.__version__,
+                       "python": platform.python_version()}).encode()
+
+
+def register_facts() -> bool:
+    """Registers `server_facts` under FACTS_TOKEN in this process's py-function registry (TensorFlow's
+    private `script_ops._py_funcs`, weak-valued: the module keeps the function alive); False, with a
+    warning, when the registry is not where TF 2.21 keeps it (the check then reports the versions as
+    unknown)."""
+    try:
+        from tensorflow.python.ops import script_ops
+
+        script_ops._py_funcs._funcs[FACTS_TOKEN] = server_facts
+        return True
+    except (ImportError, AttributeError, TypeError) as e:
+        logging.warning("cannot register the server's version query (%s): edgemesh cluster check will report "
+                        "this server's versions as unknown", e)
+        return False
+
+
 def start_server(config: Mapping, intra_op_threads: int = 0, inter_op_threads: int = 0):
-    """Starts the server of TF_CONFIG's task; returns the tf.distribute.Server.
+    """Starts the server of TF_CONFIG's task, its version query registered (`register_facts`); returns
+    the tf.distribute.Server.
 
     TF binds the task's port on all interfaces of the network namespace (it hard-codes 0.0.0.0), so
     the emulator runs each server in its own namespace.
     """
     import tensorflow as tf
 
+    register_facts()
     session_config = tf.compat.v1.ConfigProto(
         intra_op_parallelism_threads=intra_op_threads, inter_op_parallelism_threads=inter_op_threads)
     return tf.distribute.Server(
