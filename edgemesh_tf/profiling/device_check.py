@@ -243,4 +243,5 @@ def check_cluster(cluster: ClusterFile, server_timeout_s: float = ready.SERVER_T
     measured = {m.name: m for m in measure(cluster, answered, addresses)} if answered else {}
     logging.info("cluster check of %s: %d of %d devices answered, measured in %.1f s", cluster.path, len(answered),
                  len(cluster.devices), time.monotonic() - t0)
-    return [measured.get(d.name) or check.Measured(d.name, reason=gone[d.name].reason) for d in cluster.devices], missing
+    out = [measured.get(d.name) or check.Measured(d.name, reason=gone[d.name].reason) for d in cluster.devices]
+    return out, missing
