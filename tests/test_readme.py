@@ -58,6 +58,8 @@ RUN_BY = {
     # Run on real devices: the install resolved for the boards; launch/cluster.sh on localhost servers
     "python3 -m venv .venv": ("tests/test_install_platforms.py::test_requirements_have_wheels_for_the_boards",
                               "tests/test_install_platforms.py::test_setup_py_installs_the_runtime_requirements"),
+    ".venv/bin/edgemesh cluster check": ("tests/cluster/test_cluster_check.py::"
+                                         "test_check_on_localhost_servers_measures_every_device_and_flags_the_far_figure",),
     "launch/cluster.sh": (LAUNCHED,  # start, wait, logs, stop as the README shows them; ssh through a stand-in
                           "tests/cluster/test_launch.py::"
                           "test_a_remote_device_is_started_waited_for_logged_and_stopped_over_ssh"),
