@@ -102,7 +102,8 @@ def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: Sync
         cache = {"entry": cached.path, "reused": True, "age_s": round(cached.age_s(time.time()), 1),
                  "profiled_iteration_ms": cached.iteration_ms}
     else:
-        profile = profile_servers(cluster, spec, batch, servers, **steps_to_time(budgets(cluster), spec, batch))
+        profile = profile_servers(cluster, spec, batch, servers, fast_setup=True,
+                                  **steps_to_time(budgets(cluster), spec, batch))
         entry = profile_cache.store(cache_dir, key, profile, description) if cache_dir else None
         cache = {"entry": entry, "reused": False, "age_s": 0.0, "profiled_iteration_ms": {}}
     profile_path = os.path.join(logdir, "profile.json")

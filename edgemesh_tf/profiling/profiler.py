@@ -121,7 +121,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                     master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_devices: Sequence[str] = (),
                     split_step_devices: Sequence[str] = (), split_step_sizes: Mapping[str, Sequence[int]] | None = None,
                     whole_beside_split: Sequence[str] = (), whole_step_repeats: int = 5,
-                    config: tf.ConfigProto | None = None) -> Profile:
+                    config: tf.ConfigProto | None = None, testbed_limits=None) -> Profile:
     """Measures every device in ``devices``; ``master_device`` is where transfers are received.
     whole_step_devices: names of devices to also time at least ``whole_step_repeats`` real training
     steps of the whole model on, each alone (their ``whole_step_ms``; each must hold the model).
@@ -130,7 +130,8 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     over them ({dim: shares}; None or {}: evenly, ``even_split_layout``). whole_beside_split: those
     of ``whole_step_devices`` whose whole steps are timed interleaved with the split step, step by
     step (their servers hold both graphs at once), so that the machine's drift between minutes does
-    not move the ratio of the two."""
+    not move the ratio of the two. testbed_limits: the emulated testbed, whose limits are lifted while
+    the step graphs set up (``layout_steps_ms``), or None."""
     shapes = layer_shapes(spec, batch)
     idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
     graph = tf.Graph()
@@ -189,12 +190,13 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     for name in whole_step_devices:
         if name not in beside:
             timed[name] = layout_step_ms(spec, batch, single_device_layout(by_name[name]), session_target,
-                                         master_device, whole_step_repeats)
+                                         master_device, whole_step_repeats, testbed_limits)
     if split_step_devices:
         on = [by_name[n] for n in split_step_devices]
         layout = split_layout(split_step_sizes, on) if split_step_sizes else even_split_layout(spec.split_dims(), on)[0]
         layouts = {SPLIT: layout, **{n: single_device_layout(by_name[n]) for n in beside}}
-        timed.update(layout_steps_ms(spec, batch, layouts, session_target, master_device, whole_step_repeats))
+        timed.update(layout_steps_ms(spec, batch, layouts, session_target, master_device, whole_step_repeats,
+                                     testbed_limits))
     out = [dataclasses.replace(p, whole_step_ms=round(timed[p.name], 2)) if p.name in timed else p for p in out]
     split_ms = round(timed.get(SPLIT, 0.0), 2)
     return Profile(model=spec.name, batch=batch, image_shape=spec.image_shape, num_classes=spec.num_classes,
@@ -206,36 +208,44 @@ SPLIT = " split"  # the split step's key among layout_steps_ms's layouts (no dev
 
 
 def layout_step_ms(spec: ModelSpec, batch: int, layout, session_target: str, master_device: str,
-                   repeats: int) -> float:
+                   repeats: int, testbed_limits=None) -> float:
     """Median ms of at least ``repeats`` training steps of ``spec`` under ``layout`` (``layout_steps_ms``)."""
-    return layout_steps_ms(spec, batch, {"step": layout}, session_target, master_device, repeats)["step"]
+    return layout_steps_ms(spec, batch, {"step": layout}, session_target, master_device, repeats,
+                           testbed_limits)["step"]
 
 
 def layout_steps_ms(spec: ModelSpec, batch: int, layouts: Mapping[str, object], session_target: str,
-                    master_device: str, repeats: int) -> dict[str, float]:
+                    master_device: str, repeats: int, testbed_limits=None) -> dict[str, float]:
     """{name: median ms} of training steps of ``spec`` under each of ``layouts`` ({name: Layout}), built
     at once on the same servers and timed in turn (after WARMUP_STEPS each; with several layouts, two
     steps a turn of which the first is not counted), each until its median is settled
     (``median_settled``, at least ``repeats``). Built as training
     builds them (the lowering, the optimizer, the input fed from the client). Single steps of VGG-16
     on a 0.35-core device measured 2.5-5.0 s after the first (throttling stalls): the median of 3 put
-    one profile's whole step 32% above the later measured one."""
+    one profile's whole step 32% above the later measured one. testbed_limits: an emulated testbed
+    (``lift_limits``, ``restore_limits``) whose CPU quotas and link rates are lifted while the graphs
+    set up (their building and first step: seconds on a throttled device, nothing timed) and restored
+    before the other warm-up steps; None: nothing to lift."""
     from edgemesh_tf.profiling.step_timer import LayoutRunner, step_in_turn  # it imports this module
     containers = {name: "profile_layout_step_%d" % i for i, name in enumerate(layouts)}
     runners = {}
+    restore = testbed_limits.restore_limits if testbed_limits is not None else lambda: None
     try:
+        if testbed_limits is not None:
+            testbed_limits.lift_limits()
         for name, layout in layouts.items():
             runners[name] = LayoutRunner(spec, layout, batch, session_target, master_device,
                                          container=containers[name])
         # with several layouts, each turn's first step runs on quota left over while the device waited
         # (vgg_wide on pi4's jetson0: 48-54 ms counted so, 58-73 ms timed on its own): not counted
         samples = step_in_turn(runners, lambda _, v: not median_settled(v, least=repeats), warmup=WARMUP_STEPS,
-                               uncounted=int(len(runners) > 1))
+                               uncounted=int(len(runners) > 1), set_up_done=restore)
         for name, v in samples.items():
             logging.info("step of %s timed %d times: median %.1f ms, interval %s", layouts[name].devices, len(v),
                          statistics.median(v), median_interval(v))
         return {name: statistics.median(v) for name, v in samples.items()}
     finally:
+        restore()  # also when a step failed
         for r in runners.values():
             r.close()
         tf.Session.reset(session_target, containers=list(containers.values()))

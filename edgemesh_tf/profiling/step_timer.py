@@ -92,13 +92,20 @@ def measure_side_by_side(runners: Mapping[str, LayoutRunner], steps: int | Mappi
 
 
 def step_in_turn(runners: Mapping[str, LayoutRunner], more: Callable[[str, list[float]], bool], round_steps: int = 1,
-                 warmup: int = 0, uncounted: int = 0) -> dict[str, list[float]]:
+                 warmup: int = 0, uncounted: int = 0,
+                 set_up_done: Callable[[], None] = lambda: None) -> dict[str, list[float]]:
     """Each runner's step times (ms): ``warmup`` steps of each first, then turns in which every runner
     that ``more(name, its times so far)`` runs ``uncounted`` steps, then ``round_steps`` timed ones,
     until none wants more. (A device idle during another runner's steps keeps CFS quota it did not
-    use, and its next step runs partly on it: ``uncounted`` drops that step.)"""
+    use, and its next step runs partly on it: ``uncounted`` drops that step.) ``set_up_done()`` is
+    called once every runner has run its first warm-up step (the graph's one-off set-up on the
+    device), before the other warm-up steps and any timed one."""
     for r in runners.values():
-        for _ in range(warmup):
+        if warmup:
+            r.step_ms()
+    set_up_done()
+    for r in runners.values():
+        for _ in range(warmup - 1):
             r.step_ms()
     times: dict[str, list[float]] = {k: [] for k in runners}
     while any(more(k, times[k]) for k in runners):

@@ -42,6 +42,8 @@ def test_a_rerun_reuses_the_device_profile_and_sets_up_sooner(main_run, tmp_path
     cache = rerun["profile_cache"]
     assert cache["reused"] and os.path.exists(cache["entry"]), cache
     assert cache["entry"] == first["profile_cache"]["entry"]  # the first run's profile, kept in the cache
+    # the first run recorded its groups' iteration times in the entry, and this run iterated within 1.5x of them
+    assert cache["profiled_iteration_ms"] and not cache["off"] and not cache["dropped"], cache
     assert "set-up reused the device profile measured" in out.stdout and "planned in" in out.stdout
     assert "profiled and planned in" not in out.stdout
     with open(os.path.join(logdir, "profile.json")) as a, open(tmp_path / "rerun" / "profile.json") as b:

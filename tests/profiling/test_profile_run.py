@@ -52,5 +52,7 @@ def test_a_testbed_that_answers_nothing_ends_at_the_deadline_saying_what_waited(
 
 def test_real_servers_are_profiled_directly(monkeypatch):
     monkeypatch.setattr(run, "profile_workers", lambda cluster, spec, batch, target, pids, **k: (target, pids, k))
-    assert run.profile_servers(CLUSTER, None, 32, _servers(None), repeats=3) == (
-        "grpc://x", {"w0": None, "ps0": None}, {"repeats": 3})
+    # real servers have no testbed limits to lift, fast_setup or not
+    for fast in (False, True):
+        assert run.profile_servers(CLUSTER, None, 32, _servers(None), fast_setup=fast, repeats=3) == (
+            "grpc://x", {"w0": None, "ps0": None}, {"testbed_limits": None, "repeats": 3})

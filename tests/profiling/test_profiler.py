@@ -184,3 +184,27 @@ def test_runners_step_in_turn_with_uncounted_steps_dropped():
     assert (a.n, b.n) == (5, 7)
     c = Counter()
     assert measure_side_by_side({"c": c}, 4, round_steps=3, warmup=2) == {"c": [3.0, 4.0, 5.0, 6.0, 7.0, 8.0]}
+
+
+def test_set_up_done_comes_after_every_runners_first_step_and_before_any_other():
+    """``step_in_turn(set_up_done=...)``: the emulated testbed's limits come back (set_up_done) once each
+    runner has run the step that sets its graph up, before the other warm-up steps and every timed one."""
+    from edgemesh_tf.profiling.step_timer import step_in_turn
+
+    log = []
+
+    class Runner:
+        def __init__(self, name):
+            self.name = name
+
+        def step_ms(self):
+            log.append(self.name)
+            return 1.0
+
+    step_in_turn({"a": Runner("a"), "b": Runner("b")}, lambda name, v: len(v) < 2, warmup=2, uncounted=1,
+                 set_up_done=lambda: log.append("limits back"))
+    assert log[:3] == ["a", "b", "limits back"] and log.count("limits back") == 1
+    assert len(log) == 3 + 2 + 2 * (2 * 2)  # one more warm-up each, then two turns of (uncounted, timed) each
+    log.clear()
+    step_in_turn({"a": Runner("a")}, lambda name, v: len(v) < 1, set_up_done=lambda: log.append("limits back"))
+    assert log == ["limits back", "a"]  # no warm-up: back before the first timed step
