@@ -145,9 +145,10 @@ def _tail(path: str, lines: int = 15) -> str:
 
 
 @contextlib.contextmanager
-def _stop_on_sigterm(chief: Chief):
-    """SIGTERM (in the main thread) ends training at the chief's next tick with a checkpoint; a
-    second SIGTERM exits at once."""
+def _stop_on_signals(chief: Chief):
+    """SIGTERM or SIGINT (Ctrl-C; in the main thread) ends training at the chief's next tick with a
+    checkpoint and the final record; a second one exits at once. (The group processes run in their
+    own process group, so Ctrl-C in a terminal reaches this process only.)"""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -155,13 +156,14 @@ def _stop_on_sigterm(chief: Chief):
     def handler(signum, frame):
         if chief.stop_request:
             raise SystemExit(128 + signum)
-        chief.request_stop("SIGTERM received: stopping with a checkpoint")
+        chief.request_stop("%s received: stopping with a checkpoint" % signal.Signals(signum).name)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, h in previous.items():
+            signal.signal(sig, h)
 
 
 def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
@@ -195,7 +197,7 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
             chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait,
                           rejoin=rejoiner.tick, before_start=restore,
                           check_servers=servers.testbed.check if servers.testbed is not None else lambda: None)
-            with _stop_on_sigterm(chief):
+            with _stop_on_signals(chief):
                 final = chief.run()
         finally:  # the chief already waited for them to leave; a group still running now is stuck (or the chief failed)
             restore()  # also when the job failed before its start

@@ -100,6 +100,18 @@ def _timed(sess, op, repeats: int, warmup: bool = True) -> list[float]:
     return out
 
 
+def _first_runs(sess, ops, testbed_limits) -> None:
+    """Runs each of ``ops`` once with the testbed's limits lifted, then restores them: an op's first
+    run registers its graph on the device and creates its kernels (seconds on a throttled device),
+    which no timing counts; each op is run alone, as its timings run it (the set-up is per fetch)."""
+    testbed_limits.lift_limits()
+    try:
+        for op in ops:
+            sess.run(op)
+    finally:
+        testbed_limits.restore_limits()
+
+
 def large_transfers(sizes_bytes: Sequence[int], times_ms: Sequence[float]) -> bool:
     """Whether to time LARGE_TRANSFER_BYTES too: the largest transfer so far took under
     LARGE_TRANSFER_IF_MS (median)."""
@@ -131,7 +143,8 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     of ``whole_step_devices`` whose whole steps are timed interleaved with the split step, step by
     step (their servers hold both graphs at once), so that the machine's drift between minutes does
     not move the ratio of the two. testbed_limits: the emulated testbed, whose limits are lifted while
-    the step graphs set up (``layout_steps_ms``), or None."""
+    each layer, transfer and step graph sets up (its first run, ``_first_runs`` and ``layout_steps_ms``),
+    or None."""
     shapes = layer_shapes(spec, batch)
     idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
     graph = tf.Graph()
@@ -146,15 +159,19 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     out = []
     with tf.Session(session_target, graph=graph, config=config) as sess:
         sess.run(init)
+        if testbed_limits is not None:  # each op's first run (its set-up on the device), nothing timed
+            _first_runs(sess, [local] + [op for d in devices for op in
+                                         [base[d.name], *ops[d.name].values(), *transfers[d.name]]], testbed_limits)
         # Round trips are the largest term of a step on slow links: sample them more than layers.
         rtt_repeats = 4 * repeats
+        warm = testbed_limits is None  # each timing starts with an untimed run, unless _first_runs ran it
         local_ms, _ = robust_median(_timed(sess, local, rtt_repeats))  # TF's own cost of a run, no network
         for d in devices:
             t0 = time.perf_counter()
             base_ms, _ = robust_median(_timed(sess, base[d.name], rtt_repeats))
             timings = []
             for s in shapes:
-                samples = _timed(sess, ops[d.name][s.name], 1)
+                samples = _timed(sess, ops[d.name][s.name], 1, warmup=warm)
                 n = passes_per_run(samples[0], base_ms, reps)
                 if n == 1:
                     samples += _timed(sess, ops[d.name][s.name], repeats - 1, warmup=False)
@@ -168,7 +185,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
             for n, op in zip(TRANSFER_BYTES + LARGE_TRANSFER_BYTES, transfers[d.name]):
                 if n in LARGE_TRANSFER_BYTES and not large_transfers(sizes, times):
                     break
-                for t in _timed(sess, op, repeats):
+                for t in _timed(sess, op, repeats, warmup=warm):
                     sizes.append(n)
                     times.append(t)
             _, bw = fit_link(sizes, times)

@@ -27,13 +27,14 @@ def _spec():
     ]}, "tiny.yaml")
 
 
-def _allocate(tf, cluster, name, mib):
+def _allocate(tf, cluster, name, mib, deadline_s=60):
     """Makes device `name`'s server hold a `mib` MiB tensor (and sum it). The master is ps0 and the
-    step has a deadline: a session whose master is the device that dies waits for it forever."""
+    step has a deadline (s): a session whose master is the device that dies waits for it forever, and
+    ps0's master waits for the killed device until the deadline."""
     graph = tf.Graph()
     with graph.as_default(), tf.device(cluster.device(name)):
         total = tf.reduce_sum(tf.fill([mib << 18], tf.random.uniform([])))
-    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=60000)
+    config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=int(deadline_s * 1000))
     with tf.compat.v1.Session(cluster.target("ps0"), graph=graph, config=config) as sess:
         return sess.run(total)
 
@@ -57,8 +58,9 @@ def test_memory_budget_direct_routing_shared_medium():
         assert netns.medium_name(run_id, 0) in netns.list_media()
         sinks = measure.LinkSinks(cluster, ["w0", "w1"])
         try:
-            alone = sinks.mbit(["w0"])["w0"]
-            both, together = sinks.together(["w0", "w1"])
+            # each send is 0.4 s of a device's own 100 Mbit/s: 1 s on the 40 Mbit/s medium alone, 2 s both
+            alone = sinks.mbit(["w0"], seconds=0.4)["w0"]
+            both, together = sinks.together(["w0", "w1"], seconds=0.4)
         finally:
             sinks.close()
         assert alone == pytest.approx(MEDIUM_MBIT, rel=0.15)
@@ -80,7 +82,7 @@ def test_memory_budget_direct_routing_shared_medium():
         cluster.check()
         # ...and past it the kernel kills its server; the error names the device and says why.
         with pytest.raises(tf.errors.OpError):
-            _allocate(tf, cluster, "w0", 256)  # 256 MiB of 48
+            _allocate(tf, cluster, "w0", 256, deadline_s=10)  # 256 MiB of 48: killed at once
         with pytest.raises(RuntimeError, match=r"w0 \(pid \d+, exit code -9.*out of memory.*48 MiB"):
             cluster.check()
         assert procs.alive(cluster.devices["w1"].pid, None)

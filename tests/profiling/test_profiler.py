@@ -55,7 +55,8 @@ def test_profile_edge2(vgg_digits, tmp_path):
         profile = profile_devices(vgg_digits, 256, devices, em.session_target, em.device("chief"),
                                   whole_step_devices=("fast",), split_step_devices=("fast", "slow"),
                                   split_step_sizes={"conv1": (24, 8), "conv2": (48, 16)},  # by speed, unevenly
-                                  whole_beside_split=("fast",))  # fast's whole step interleaved with the split
+                                  whole_beside_split=("fast",),  # fast's whole step interleaved with the split
+                                  testbed_limits=em)  # set up with the limits lifted: timed under them
         assert time.perf_counter() - t0 < 60
         fast, slow = profile.device("fast"), profile.device("slow")
         assert [t.name for t in fast.layers] == list(vgg_digits.split_dims())
@@ -208,3 +209,31 @@ def test_set_up_done_comes_after_every_runners_first_step_and_before_any_other()
     log.clear()
     step_in_turn({"a": Runner("a")}, lambda name, v: len(v) < 1, set_up_done=lambda: log.append("limits back"))
     assert log == ["limits back", "a"]  # no warm-up: back before the first timed step
+
+
+def test_first_runs_run_each_op_alone_with_the_limits_lifted_and_restore_them_also_on_failure():
+    """``_first_runs``: every op's first run (its set-up on the device) between lift and restore, one
+    op per run (TF sets a graph up per fetch); the limits come back when a run fails."""
+    from edgemesh_tf.profiling.profiler import _first_runs
+
+    log = []
+
+    class Testbed:
+        def lift_limits(self):
+            log.append("lift")
+
+        def restore_limits(self):
+            log.append("restore")
+
+    class Session:
+        def run(self, op):
+            if op == "bad":
+                raise RuntimeError("device gone")
+            log.append(op)
+
+    _first_runs(Session(), ["a", "b", "c"], Testbed())
+    assert log == ["lift", "a", "b", "c", "restore"]
+    log.clear()
+    with pytest.raises(RuntimeError, match="device gone"):
+        _first_runs(Session(), ["a", "bad", "c"], Testbed())
+    assert log == ["lift", "a", "restore"]

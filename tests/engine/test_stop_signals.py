@@ -1,0 +1,33 @@
+"""SIGTERM and SIGINT (Ctrl-C) to the process running a job (engine/job.py's handler): the first asks
+the chief to stop at its next tick with a checkpoint, naming the signal; a second exits at once; the
+previous handlers come back after the job. (The whole path on real servers, SIGINT to `edgemesh
+train` through to the resumed rerun: test_real_server_faults.py.)"""
+import os
+import signal
+
+import pytest
+
+from edgemesh_tf.engine.job import _stop_on_signals
+
+
+class _Chief:
+    def __init__(self):
+        self.stop_request = None
+
+    def request_stop(self, why):
+        self.stop_request = why
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_asks_the_chief_to_stop_and_a_second_exits(sig):
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    chief = _Chief()
+    with pytest.raises(SystemExit) as second:
+        with _stop_on_signals(chief):
+            os.kill(os.getpid(), sig)
+            signal.sigtimedwait([], 0)  # lets the handler run
+            assert chief.stop_request == "%s received: stopping with a checkpoint" % sig.name
+            os.kill(os.getpid(), sig)
+            signal.sigtimedwait([], 0)
+    assert second.value.code == 128 + sig
+    assert {s: signal.getsignal(s) for s in before} == before
