@@ -1,6 +1,8 @@
 """A CNN of its own, profiled, planned and trained on the emulated pi4 cluster from Python.
 
-    .venv/bin/python examples/train_python_api.py [LOGDIR]     # from the repo root, as root; ~3 min
+    .venv/bin/python examples/train_python_api.py [LOGDIR [CLUSTER]]   # from the repo root, as root; ~1 min
+
+CLUSTER is a cluster file (default layouts/pi4.yaml).
 
 The model is defined inline with the mesh API for the built-in 8x8x1 `digits`: every conv2d and
 dense names a split dim (its filters / units) that the planner may divide unevenly across the
@@ -25,12 +27,14 @@ def model(images: L.Tensor, num_classes: int) -> L.Tensor:
 
 if __name__ == "__main__":
     spec = em.load_model(model, dataset="digits", name="small_bn_cnn")
-    with em.start("layouts/pi4.yaml") as cluster:        # the emulated testbed, torn down at the end
+    logdir = sys.argv[1] if len(sys.argv) > 1 else None
+    cluster_file = sys.argv[2] if len(sys.argv) > 2 else "layouts/pi4.yaml"
+    with em.start(cluster_file) as cluster:        # the emulated testbed, torn down at the end
         profile = em.profile(cluster, spec, batch=32)    # per-device layer times, links, memory
         plan = em.plan(profile, spec, strategy="ashl")   # groups x uneven filter division
         print(em.format_table(plan), flush=True)
         result = em.train(cluster, spec, plan, strategy="ashl", dataset="digits", target_accuracy=TARGET,
-                          time_budget_s=BUDGET_S, logdir=sys.argv[1] if len(sys.argv) > 1 else None)
+                          time_budget_s=BUDGET_S, logdir=logdir)
     print("accuracy %.4f, time to target %s s, stopped: %s, %.1f s of training, %.0f examples/s, %.2f MB sent, "
           "logs in %s" % (result.accuracy, result.time_to_target_s, result.why, result.train_s,
                           result.examples_per_sec, result.bytes_sent / 1e6, result.logdir))

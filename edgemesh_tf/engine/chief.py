@@ -160,6 +160,10 @@ class Chief:
             return {**self._run(sess, {n: v.read_value() for n, v in self.g.masters.items()}),
                     **initial_weights(self.spec)}
         weights, state = checkpoint.load(prefix)
+        why = checkpoint.mismatch(prefix, weights, state, self.cfg.group_names,
+                                  {n: v.shape.as_list() for n, v in self.g.masters.items()})
+        if why:
+            raise ValueError(why)
         self.emit(self.machine.restore(state, prefix, time.monotonic()))
         return weights
 

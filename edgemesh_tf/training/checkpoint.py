@@ -13,7 +13,7 @@ import glob
 import json
 import os
 import re
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -69,3 +69,27 @@ def load(prefix: str) -> tuple[dict[str, np.ndarray], dict]:
     except (OSError, ValueError, KeyError) as e:
         raise ValueError("checkpoint %s is unreadable: %s" % (prefix, e)) from None
     return weights, meta["state"]
+
+
+def mismatch(prefix: str, weights: Mapping[str, np.ndarray], state: Mapping, groups: Sequence[str],
+             shapes: Mapping[str, Sequence[int]]) -> str | None:
+    """Why the checkpoint at `prefix` (its `weights` and the chief's `state`) is not one of this job,
+    whose groups are `groups` and whose tensors have `shapes` (name -> shape), or None when it is:
+    a resume restores every tensor by name and each group's strategy state by group name, so a
+    checkpoint of another model or another plan (a new --cluster, a new grid) cannot be resumed."""
+    problems = []
+    theirs = sorted(state.get("controls", {}))
+    if theirs and theirs != sorted(groups):
+        problems.append("its groups are %s, this job's %s" % (theirs, sorted(groups)))
+    missing = sorted(set(shapes) - set(weights))
+    if missing:
+        problems.append("it has no tensor %s" % ", ".join(missing[:3]) + (" (and %d more)" % (len(missing) - 3)
+                                                                           if len(missing) > 3 else ""))
+    wrong = ["%s %s, not %s" % (n, list(weights[n].shape), list(shapes[n])) for n in sorted(shapes)
+             if n in weights and tuple(weights[n].shape) != tuple(shapes[n])]
+    if wrong:
+        problems.append("shapes differ: " + "; ".join(wrong[:3]))
+    if not problems:
+        return None
+    return ("the checkpoint %s is of another job (%s): resuming restores each tensor and group by name. Give "
+            "a new --logdir to start afresh, or remove %s" % (prefix, "; ".join(problems), os.path.dirname(prefix)))

@@ -36,3 +36,21 @@ def test_unreadable_checkpoint_names_the_file(tmp_path):
     open(prefix + ".npz", "wb").close()
     with pytest.raises(ValueError, match="checkpoint .*ckpt-1 is unreadable"):
         checkpoint.load(prefix)
+
+
+def test_a_checkpoint_of_another_plan_or_model_is_named_with_what_differs(tmp_path):
+    """A resume restores tensors and group state by name: another job's checkpoint (other groups,
+    a missing tensor, another shape) gets one message naming the checkpoint, each difference and
+    the way out; this job's own checkpoint (or one of a single process, no groups) passes."""
+    weights = {"conv1/w": np.zeros((3, 3, 1, 8)), "logits/w": np.zeros((8, 10))}
+    state = {"controls": {"fast": {}, "slow": {}}}
+    prefix = checkpoint.save(str(tmp_path), weights, state)
+    shapes = {"conv1/w": (3, 3, 1, 8), "logits/w": (8, 10)}
+    assert checkpoint.mismatch(prefix, weights, state, ["slow", "fast"], shapes) is None
+    assert checkpoint.mismatch(prefix, weights, {}, ["g0"], shapes) is None
+    why = checkpoint.mismatch(prefix, weights, state, ["jetson0", "pi1"], shapes)
+    assert prefix in why and "['fast', 'slow'], this job's ['jetson0', 'pi1']" in why and "--logdir" in why
+    why = checkpoint.mismatch(prefix, weights, state, ["fast", "slow"], {**shapes, "conv2/w": (3, 3, 8, 16)})
+    assert "no tensor conv2/w" in why and "groups" not in why
+    why = checkpoint.mismatch(prefix, weights, state, ["fast", "slow"], {**shapes, "conv1/w": (3, 3, 1, 16)})
+    assert "conv1/w [3, 3, 1, 8], not [3, 3, 1, 16]" in why
