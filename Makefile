@@ -24,9 +24,8 @@ run: install
 browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# Every test: the testbed's (marker emulator) and, beside them at a lower priority, the rest (tests/run_all.py).
 test: install browser
-	$(BIN)/python tests/run_all.py
+	$(BIN)/python -m pytest -q tests
 
 # The fast loop (under a minute): every test that starts no testbed, process or browser and takes
 # under ~3 s (markers in pytest.ini; tests/test_markers.py keeps new tests honest).
