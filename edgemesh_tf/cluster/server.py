@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import signal
+import sys
 import threading
 import time
 from typing import Mapping
@@ -81,8 +82,13 @@ def start_server(config: Mapping, intra_op_threads: int = 0, inter_op_threads: i
     the tf.distribute.Server.
 
     TF binds the task's port on all interfaces of the network namespace (it hard-codes 0.0.0.0), so
-    the emulator runs each server in its own namespace.
+    the emulator runs each server in its own namespace. TensorFlow's import loads Keras's optimizers
+    eagerly (SavedModel registrations: ~1 s of CPU per process) unless `keras` cannot be imported; a
+    server only runs the graphs its clients send, so a process that has not imported TensorFlow yet
+    starts without Keras (`sys.modules["keras"] = None`, which TensorFlow's import tolerates).
     """
+    if "tensorflow" not in sys.modules:
+        sys.modules.setdefault("keras", None)
     import tensorflow as tf
 
     register_facts()

@@ -234,8 +234,8 @@ def layout_step_ms(spec: ModelSpec, batch: int, layout, session_target: str, mas
 def layout_steps_ms(spec: ModelSpec, batch: int, layouts: Mapping[str, object], session_target: str,
                     master_device: str, repeats: int, testbed_limits=None) -> dict[str, float]:
     """{name: median ms} of training steps of ``spec`` under each of ``layouts`` ({name: Layout}), built
-    at once on the same servers and timed in turn (after WARMUP_STEPS each; with several layouts, two
-    steps a turn of which the first is not counted), each until its median is settled
+    at once on the same servers and timed in turn (after WARMUP_STEPS each; with several layouts, three
+    steps a turn, the first not counted, then two counted), each until its median is settled
     (``median_settled``, at least ``repeats``). Built as training
     builds them (the lowering, the optimizer, the input fed from the client). Single steps of VGG-16
     on a 0.35-core device measured 2.5-5.0 s after the first (throttling stalls): the median of 3 put
@@ -254,9 +254,11 @@ def layout_steps_ms(spec: ModelSpec, batch: int, layouts: Mapping[str, object], 
             runners[name] = LayoutRunner(spec, layout, batch, session_target, master_device,
                                          container=containers[name])
         # with several layouts, each turn's first step runs on quota left over while the device waited
-        # (vgg_wide on pi4's jetson0: 48-54 ms counted so, 58-73 ms timed on its own): not counted
+        # (vgg_wide on pi4's jetson0: 48-54 ms counted so, 58-73 ms timed on its own): not counted;
+        # the two steps after it run as steady as a layout alone, and both are counted
+        several = len(runners) > 1
         samples = step_in_turn(runners, lambda _, v: not median_settled(v, least=repeats), warmup=WARMUP_STEPS,
-                               uncounted=int(len(runners) > 1), set_up_done=restore)
+                               round_steps=1 + several, uncounted=int(several), set_up_done=restore)
         for name, v in samples.items():
             logging.info("step of %s timed %d times: median %.1f ms, interval %s", layouts[name].devices, len(v),
                          statistics.median(v), median_interval(v))
