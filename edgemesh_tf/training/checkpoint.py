@@ -71,6 +71,15 @@ def load(prefix: str) -> tuple[dict[str, np.ndarray], dict]:
     return weights, meta["state"]
 
 
+def tensor_problems(weights: Mapping[str, np.ndarray], shapes: Mapping[str, Sequence[int]]) -> list[str]:
+    """Each tensor of `shapes` (name -> the job's shape) that `weights` (a checkpoint's) lacks or holds
+    in another shape, as "tensor NAME should have shape [..], found [..]" ("found none" when absent),
+    in name order; empty when every tensor restores."""
+    found = {n: list(weights[n].shape) if n in weights else "none" for n in sorted(shapes)}
+    return ["tensor %s should have shape %s, found %s" % (n, list(shapes[n]), found[n]) for n in sorted(shapes)
+            if found[n] != list(shapes[n])]
+
+
 def mismatch(prefix: str, weights: Mapping[str, np.ndarray], state: Mapping, groups: Sequence[str],
              shapes: Mapping[str, Sequence[int]]) -> str | None:
     """Why the checkpoint at `prefix` (its `weights` and the chief's `state`) is not one of this job,
@@ -81,14 +90,8 @@ def mismatch(prefix: str, weights: Mapping[str, np.ndarray], state: Mapping, gro
     theirs = sorted(state.get("controls", {}))
     if theirs and theirs != sorted(groups):
         problems.append("its groups are %s, this job's %s" % (theirs, sorted(groups)))
-    missing = sorted(set(shapes) - set(weights))
-    if missing:
-        problems.append("it has no tensor %s" % ", ".join(missing[:3]) + (" (and %d more)" % (len(missing) - 3)
-                                                                           if len(missing) > 3 else ""))
-    wrong = ["%s %s, not %s" % (n, list(weights[n].shape), list(shapes[n])) for n in sorted(shapes)
-             if n in weights and tuple(weights[n].shape) != tuple(shapes[n])]
-    if wrong:
-        problems.append("shapes differ: " + "; ".join(wrong[:3]))
+    tensors = tensor_problems(weights, shapes)
+    problems += tensors[:3] + (["%d more tensors" % (len(tensors) - 3)] if len(tensors) > 3 else [])
     if not problems:
         return None
     return ("the checkpoint %s is of another job (%s): resuming restores each tensor and group by name. Give "

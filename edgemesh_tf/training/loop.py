@@ -46,10 +46,9 @@ def restore_or_init(sess: tf.Session, g: TrainGraph, checkpoint_dir: str | None,
     if prefix:
         weights, state = checkpoint.load(prefix)
         saved = _saved_variables(g)
-        for name, v in saved.items():
-            if name not in weights or list(weights[name].shape) != v.shape.as_list():
-                raise ValueError("checkpoint %s: tensor %s should have shape %s, found %s" % (
-                    prefix, name, v.shape.as_list(), list(weights[name].shape) if name in weights else "none"))
+        problems = checkpoint.tensor_problems(weights, {name: v.shape.as_list() for name, v in saved.items()})
+        if problems:
+            raise ValueError("checkpoint %s: %s" % (prefix, problems[0]))
         # each variable's initializer, fed the saved value instead of its initial one
         values = [(v, weights[name]) for name, v in saved.items()] + [(g.global_step, int(state["step"]))]
         sess.run([v.initializer for v, _ in values], {v.initializer.inputs[1]: x for v, x in values})

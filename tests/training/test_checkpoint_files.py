@@ -51,6 +51,6 @@ def test_a_checkpoint_of_another_plan_or_model_is_named_with_what_differs(tmp_pa
     why = checkpoint.mismatch(prefix, weights, state, ["jetson0", "pi1"], shapes)
     assert prefix in why and "['fast', 'slow'], this job's ['jetson0', 'pi1']" in why and "--logdir" in why
     why = checkpoint.mismatch(prefix, weights, state, ["fast", "slow"], {**shapes, "conv2/w": (3, 3, 8, 16)})
-    assert "no tensor conv2/w" in why and "groups" not in why
+    assert "tensor conv2/w should have shape [3, 3, 8, 16], found none" in why and "groups" not in why
     why = checkpoint.mismatch(prefix, weights, state, ["fast", "slow"], {**shapes, "conv1/w": (3, 3, 1, 16)})
-    assert "conv1/w [3, 3, 1, 8], not [3, 3, 1, 16]" in why
+    assert "tensor conv1/w should have shape [3, 3, 1, 16], found [3, 3, 1, 8]" in why
