@@ -6,7 +6,8 @@
     plan(profile, spec)                        # grid: data-parallel groups x model-parallel width
     write_plan(plan, path) / load_plan(path)   # layout YAML with a `predicted:` block
 """
-from edgemesh_tf.planner.cost import GroupPrediction, LayerPrediction, predict
+from edgemesh_tf.planner.cost import GroupPrediction, LayerPrediction
+from edgemesh_tf.planner.predict import predict
 from edgemesh_tf.planner.division import Division, PlanError, divide
 from edgemesh_tf.planner.grid import GroupPlan, Plan, capability_groups, plan
 from edgemesh_tf.planner.model_stats import DimStats, ModelStats, model_stats

@@ -43,6 +43,7 @@ from typing import Mapping, Sequence
 from edgemesh_tf.mesh.layout import even_split_layout
 from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.planner import cost
+from edgemesh_tf.planner.predict import predict
 from edgemesh_tf.planner.model_stats import ModelStats, model_stats
 from edgemesh_tf.profiling.types import LayerTiming, Profile
 
@@ -190,7 +191,7 @@ def compute_scales(profile: Profile, spec: ModelSpec) -> dict[str, float]:
     own = {}
     for d in profile.devices:
         if d.whole_step_ms > 0:
-            pred = cost.predict([d], stats, {})
+            pred = predict([d], stats, {})
             compute = pred.compute_ms[0]
             f = (d.whole_step_ms - (pred.step_ms - compute)) / compute if compute > 0 else 0.0
             if SCALE_RANGE[0] <= f <= SCALE_RANGE[1]:
@@ -258,7 +259,7 @@ def split_overhead_ms(profile: Profile, spec: ModelSpec) -> dict[str, float]:
     def predicted(o: float) -> float:
         group = [dataclasses.replace(profile.device(n), split_overhead_ms=o * slow[n])
                  for n in profile.split_step_devices]
-        return cost.predict(group, stats, shares).step_ms
+        return predict(group, stats, shares).step_ms
 
     excess = profile.split_step_ms - predicted(0.0)
     if not shares or excess <= 0:

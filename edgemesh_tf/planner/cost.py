@@ -223,7 +223,7 @@ def session_bytes(stats: ModelStats, k: int = 1) -> int:
 
 def held_memory_bytes(stats: ModelStats, held: Sequence[Sequence[int]]) -> list[int]:
     """Predicted peak bytes of each device of a ``len(held)``-device group, device i holding
-    ``held[i][l]`` units of ``stats.dims[l]`` (the memory terms of ``predict``, without a profile)."""
+    ``held[i][l]`` units of ``stats.dims[l]`` (the memory terms of ``predict.predict``, without a profile)."""
     per_unit = [int(math.ceil(MEMORY.per_unit_bytes(d, stats.batch))) for d in stats.dims]
     fixed = fixed_memory_bytes(stats, len(held))
     return [f + sum(u * h for u, h in zip(per_unit, units)) for f, units in zip(fixed, held)]
@@ -257,7 +257,7 @@ class LayerPrediction:
 class GroupPrediction:
     """Predicted cost of one group per step; per-device tuples are in group order.
 
-    step_ms: the simulated step (``simulate``); ``separable_ms`` is the layer-by-layer bound.
+    step_ms: the simulated step (``simulate``, by ``predict.predict``); ``separable_ms`` is the layer-by-layer bound.
     compute_ms / comm_ms: per device sums over layers (comm: own allconcat receive + allreduce).
     memory_bytes: per device, see the module docstring.
     ps_sync_ms: push + pull of the whole model to the parameter server (per commit).
@@ -271,49 +271,3 @@ class GroupPrediction:
     ps_sync_ms: float
     layers: tuple[LayerPrediction, ...]
     separable_ms: float = 0.0
-
-
-def _check_shares(dim: DimStats, shares: Shares, k: int) -> None:
-    if shares is None:
-        return
-    if len(shares) != k or any(not isinstance(s, int) or s < 1 for s in shares) or sum(shares) != dim.units:
-        raise ValueError("shares of %r must be %d positive integers adding up to %d, got %s"
-                         % (dim.name, k, dim.units, list(shares)))
-
-
-def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares],
-            *, profile_batch: int | None = None, ps_bandwidth_mbit: float = math.inf) -> GroupPrediction:
-    """Predicts one step of ``group`` under ``assignment`` {dim: shares or None}; absent dims are replicated.
-
-    profile_batch: the batch the layer timings were measured at (default: ``stats.batch``).
-    """
-    check_group(group)
-    known = {d.name for d in stats.dims}
-    unknown = set(assignment) - known
-    if unknown:
-        raise ValueError("assignment names unknown dim(s) %s; the model's dims are %s"
-                         % (sorted(unknown), [d.name for d in stats.dims]))
-    k = len(group)
-    compute, comm, memory = [0.0] * k, [0.0] * k, fixed_memory_bytes(stats, k)
-    layers, coeffs, previous = [], [], (None, 0)
-    for dim in stats.dims:
-        shares = assignment.get(dim.name)
-        _check_shares(dim, shares, k)
-        co = layer_coeffs(group, dim, stats.batch, profile_batch or stats.batch)
-        coeffs.append(co)
-        held = shares or (dim.units,) * k
-        gather = co.gather_ms(shares)
-        reduce_ms = co.reduce_scatter_ms(*previous) if shares is not None and k > 1 else 0.0
-        lc = co.compute_ms(shares)
-        for i in range(k):
-            compute[i] += lc[i]
-            comm[i] += gather[i] + reduce_ms
-            memory[i] += co.mem_per_unit * held[i]
-        layers.append(LayerPrediction(dim.name, dim.units, None if shares is None else tuple(shares), lc,
-                                      max(gather) + reduce_ms))
-        previous = (shares if k > 1 else None, dim.units)
-    from edgemesh_tf.planner.simulate import simulate_step_ms  # simulate builds on this module's terms
-    step = simulate_step_ms(group, stats, assignment, profile_batch or stats.batch, coeffs)
-    return GroupPrediction(tuple(d.name for d in group), step, tuple(compute), tuple(comm),
-                           tuple(memory), ps_sync_ms(group, stats, ps_bandwidth_mbit),
-                           tuple(layers), sum(lp.ms for lp in layers) + base_ms(group, stats))

@@ -39,8 +39,9 @@ from typing import Callable, Sequence
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.planner import media
 from edgemesh_tf.planner.cost import (GroupPrediction, LayerCoeffs, Shares, check_group, fixed_memory_bytes,
-                                      layer_coeffs, predict)
+                                      layer_coeffs)
 from edgemesh_tf.planner.model_stats import ModelStats
+from edgemesh_tf.planner.predict import predict
 from edgemesh_tf.planner.polish import memory_bytes
 from edgemesh_tf.planner.polish import polish as polish_shares
 from edgemesh_tf.profiling.types import DeviceProfile

@@ -4,7 +4,7 @@ The separable sum over layers (``cost``) charges every layer the slowest device'
 slowest collective. On a heterogeneous group the devices are out of step (a slow link delivers the
 input batch late; parts from early devices wait at the receiver), and a collective only has to wait
 for the parts that are actually late. Measured on the emulated edge4 testbed (a traced step), this
-is what the step time follows; ``predict`` reports this simulation as the group's step time.
+is what the step time follows; ``predict.predict`` reports this simulation as the group's step time.
 
 Per device i (lat_i one-way ms, ov_i = round trip of an empty run, bw_i Mbit/s), per step:
   t_i       = 1.5 * ov_i + 8 * b * image / bw_i          started by the master, then its input batch (on a

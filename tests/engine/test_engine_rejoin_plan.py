@@ -56,7 +56,7 @@ def test_replan_is_calibrated_by_the_steps_timed_while_profiling(tmp_path):
     the re-plan, as every plan, believes the steps, so c takes fewer filters than its layers alone say."""
     import dataclasses
 
-    from edgemesh_tf.planner import cost
+    from edgemesh_tf.planner.predict import predict
     from edgemesh_tf.profiling.types import load_profile
 
     cfg = _cfg(tmp_path)
@@ -65,7 +65,7 @@ def test_replan_is_calibrated_by_the_steps_timed_while_profiling(tmp_path):
     stats = model_stats(get_model("vgg", load_dataset("digits").image_shape, 10), prof.batch)
 
     def timed(d, factor):
-        pred = cost.predict([d], stats, {})
+        pred = predict([d], stats, {})
         return dataclasses.replace(d, whole_step_ms=pred.step_ms + (factor - 1) * pred.compute_ms[0])
     devices = tuple(timed(d, {"a": 1.0, "c": 3.0}.get(d.name, 1.0)) for d in prof.devices)
     save_profile(dataclasses.replace(prof, devices=devices), cfg.profile_path)

@@ -4,7 +4,8 @@ import random
 import time
 
 from edgemesh_tf.planner import model_stats, plan
-from edgemesh_tf.planner.cost import fixed_memory_bytes, layer_coeffs, predict
+from edgemesh_tf.planner.cost import fixed_memory_bytes, layer_coeffs
+from edgemesh_tf.planner.predict import predict
 from edgemesh_tf.planner.division import quantum
 from edgemesh_tf.planner.polish import compositions  # noqa: F401 (the tests import it from here)
 from edgemesh_tf.planner.simulate import simulate_step_ms

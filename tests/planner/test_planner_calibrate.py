@@ -10,7 +10,7 @@ from edgemesh_tf.planner.calibrate import (alone_memory_bytes, apportion, beside
                                            compute_scales, memory_fractions, plain_memory_bytes, split_step,
                                            steps_to_time, whole_step_devices)
 from edgemesh_tf.planner import cost
-from edgemesh_tf.planner.cost import predict
+from edgemesh_tf.planner.predict import predict
 
 from planner_util import flops_device, profile
 
