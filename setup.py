@@ -22,9 +22,15 @@ def runtime_requirements(path=os.path.join(HERE, "requirements.txt")):
     return out
 
 
+def version(path=os.path.join(HERE, "edgemesh_tf", "version.py")):
+    """The package's VERSION, read from its one definition without importing the package."""
+    with open(path) as f:
+        return re.search(r'^VERSION = "([^"]+)"', f.read(), re.M).group(1)
+
+
 setup(
     name="edgemesh_tf",
-    version="0.1.0",
+    version=version(),
     description="Uneven (capability-proportional) mesh sharding and hybrid training for heterogeneous edge clusters",
     packages=find_packages(include=["edgemesh_tf", "edgemesh_tf.*"]),
     python_requires=">=3.11",

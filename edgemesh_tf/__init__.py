@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # what the names below are, for readers and type checkers
     from edgemesh_tf.api import Cluster, TrainResult, format_table, load_model, plan, profile, run, start, train
     from edgemesh_tf.layers import ModelSpec, build_model
 
-__version__ = "0.1.0"
+from edgemesh_tf.version import VERSION as __version__
 
 _API = {"Cluster", "TrainResult", "format_table", "load_model", "plan", "profile", "run", "start", "train"}
 _LAYERS = {"ModelSpec", "build_model"}

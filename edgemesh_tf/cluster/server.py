@@ -55,9 +55,9 @@ def server_facts() -> bytes:
     process by a PyFunc op with FACTS_TOKEN placed on its task)."""
     import tensorflow as tf
 
-    import edgemesh_tf
+    from edgemesh_tf.version import VERSION
 
-    return json.dumps({"tensorflow": tf.__version__, "edgemesh_tf": edgemesh_tf.__version__,
+    return json.dumps({"tensorflow": tf.__version__, "edgemesh_tf": VERSION,
                        "python": platform.python_version()}).encode()
 
 
