@@ -25,18 +25,10 @@ def _tail(out) -> str:
     return out.stdout[-3000:] + out.stderr[-3000:]
 
 
-@pytest.fixture(scope="module")
-def my_cnn_run(tmp_path_factory):
-    logdir = str(tmp_path_factory.mktemp("my_cnn") / "run")
-    out = _python("-m", "edgemesh_tf.cli.main", "run", "--model", "examples/my_cnn.py", "--logdir", logdir,
-                  "--time_budget_s", "120", "--target_accuracy", "0.9")
-    return logdir, out
-
-
 @pytest.mark.emulator
 @pytest.mark.subprocess
-def test_edgemesh_run_my_cnn_reaches_its_target_and_splits(my_cnn_run):
-    logdir, out = my_cnn_run
+def test_edgemesh_run_my_cnn_reaches_its_target_and_splits(main_job):
+    logdir, out = main_job  # `edgemesh run --model examples/my_cnn.py` (tests/conftest.py)
     assert out.returncode == 0, _tail(out)
     summary = json.loads(out.stdout.strip().splitlines()[-1])  # the summary's JSON line
     assert summary["model"].endswith("examples/my_cnn.py")
@@ -54,8 +46,8 @@ def test_edgemesh_run_my_cnn_reaches_its_target_and_splits(my_cnn_run):
 
 @pytest.mark.emulator
 @pytest.mark.subprocess
-def test_inspect_plan_explains_a_saved_profile(my_cnn_run):
-    logdir, run = my_cnn_run
+def test_inspect_plan_explains_a_saved_profile(main_job):
+    logdir, run = main_job
     assert run.returncode == 0, _tail(run)
     out = _python("examples/inspect_plan.py", os.path.join(logdir, "profile.json"), timeout=300)
     assert out.returncode == 0, _tail(out)
