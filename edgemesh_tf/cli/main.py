@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from edgemesh_tf import tf_import
 from edgemesh_tf.cli import help as cli_help
 
 SUBCOMMANDS = {
@@ -47,6 +48,8 @@ def run(argv: list[str] | None = None) -> None:
     if args[0] in cli_help.HELP_ARGS or args[0] == "help":
         _print_help(args[1] if args[0] == "help" and len(args) > 1 else None)
     name, rest = args[0], args[1:]
+    if argv is None:  # the process is this command's own: its TensorFlow needs no Keras (tf_import.py)
+        tf_import.without_keras()
     module = _subcommand(name)
     if cli_help.wants_help(rest):
         _print_help(name)

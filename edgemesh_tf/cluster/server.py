@@ -11,12 +11,13 @@ import json
 import os
 import platform
 import signal
-import sys
 import threading
 import time
 from typing import Mapping
 
 from absl import logging
+
+from edgemesh_tf import tf_import
 
 
 def parse_tf_config(text: str | None = None) -> dict:
@@ -82,13 +83,10 @@ def start_server(config: Mapping, intra_op_threads: int = 0, inter_op_threads: i
     the tf.distribute.Server.
 
     TF binds the task's port on all interfaces of the network namespace (it hard-codes 0.0.0.0), so
-    the emulator runs each server in its own namespace. TensorFlow's import loads Keras's optimizers
-    eagerly (SavedModel registrations: ~1 s of CPU per process) unless `keras` cannot be imported; a
-    server only runs the graphs its clients send, so a process that has not imported TensorFlow yet
-    starts without Keras (`sys.modules["keras"] = None`, which TensorFlow's import tolerates).
+    the emulator runs each server in its own namespace. A server only runs the graphs its clients
+    send: a process that has not imported TensorFlow yet starts it without Keras (tf_import.py).
     """
-    if "tensorflow" not in sys.modules:
-        sys.modules.setdefault("keras", None)
+    tf_import.without_keras()
     import tensorflow as tf
 
     register_facts()

@@ -18,7 +18,12 @@ import time
 
 import numpy as np
 
-from edgemesh_tf.data import batches, load_dataset
+from edgemesh_tf import tf_import
+
+if __name__ == "__main__":  # a group's own process (started by job.py): TensorFlow without Keras
+    tf_import.without_keras()
+
+from edgemesh_tf.data import batches, load_dataset  # noqa: E402 (after the choice above)
 from edgemesh_tf.engine import rules
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.rules import CUMULATIVE

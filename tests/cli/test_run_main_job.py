@@ -105,3 +105,41 @@ def test_summary_is_printed_and_matches_the_event_files(main_run):
     if slowest != "jetson0":
         assert rates["jetson0"] >= 1.2 * rates[slowest], rates
         assert summary["devices"]["jetson0"]["compute_gflops"] >= 1.2 * summary["devices"][slowest]["compute_gflops"]
+
+
+@pytest.mark.browser
+def test_tensorboard_shows_layout_and_throughput_in_headless_chromium(main_run):
+    logdir, _, _ = main_run
+    port = free_port()
+    tb = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", os.path.join(logdir, "tb"),
+                           "--host", "127.0.0.1", "--port", str(port), "--load_fast", "false"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shots = os.path.join(logdir, "screenshots")
+    os.makedirs(shots, exist_ok=True)
+    try:
+        url = "http://127.0.0.1:%d/" % port
+        wait_http(url + "data/logdir", 120, "tensorboard")
+        browser = Chromium()
+        try:
+            browser.goto(url + "#text")
+            browser.wait_for(lambda t: t and "conv1" in t and "GFLOP per step" in t, DEEP_TEXT, 90,
+                             "the layout table (text plugin)")
+            browser.screenshot(os.path.join(shots, "layout_table.png"))
+            browser.goto(url + "#images")
+            browser.wait_for(lambda els: any("individualImage" in e["src"] and e["width"] > 100 for e in els or []),
+                             DEEP_ELEMENTS % '["img"]', 90, "the layout picture (images plugin)")
+            browser.screenshot(os.path.join(shots, "layout_picture.png"))
+            browser.goto(url + "#custom_scalars")
+            browser.wait_for(lambda t: t and "compute rate (GFLOP/s)" in t and "utilisation" in t, DEEP_TEXT, 90,
+                             "the throughput charts (custom scalars)")
+            browser.wait_for(lambda els: len([e for e in els or [] if e["width"] > 100]) >= 2,
+                             DEEP_ELEMENTS % '["canvas", "svg"]', 90, "drawn throughput charts")
+            browser.screenshot(os.path.join(shots, "throughput.png"))
+        finally:
+            browser.close()
+    finally:
+        tb.terminate()
+        tb.wait(30)
+    for name in ("layout_table.png", "layout_picture.png", "throughput.png"):
+        with open(os.path.join(shots, name), "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
