@@ -166,11 +166,41 @@ def _stop_on_signals(chief: Chief):
             signal.signal(sig, h)
 
 
+STOP_REQUESTED = "stop requested by the caller: stopping with a checkpoint"
+
+
+@contextlib.contextmanager
+def _stop_when_set(chief: Chief, stop: threading.Event | None, poll_s: float = 0.1):
+    """`stop` set by another thread (where no signal reaches: a notebook, a test, a service) ends
+    training at the chief's next tick with a checkpoint and the final record, as SIGTERM does; it is
+    looked at every poll_s until the job ends."""
+    if stop is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            if stop.wait(poll_s):
+                chief.request_stop(STOP_REQUESTED)
+                return
+
+    watcher = threading.Thread(target=watch, name="stop-when-set", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(2 * poll_s + 1.0)
+
+
 def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
             emit: Callable[[records.Record], None] = lambda rec: None, up_kwargs: dict | None = None,
-            testbed=None, pool=None, fast_setup: bool = False) -> dict:
+            testbed=None, pool=None, fast_setup: bool = False, stop: threading.Event | None = None) -> dict:
     """Runs the job to its stop condition; returns the chief's final record (`records.Final.to_dict()`,
-    with the group exit codes and the testbed). emit: every record of the job (records.py).
+    with the group exit codes and the testbed). emit: every record of the job (records.py). stop: set
+    from another thread, ends training at the next tick with a checkpoint (the final record's why is
+    STOP_REQUESTED).
     testbed: an already running `EmulatedCluster` of `cluster` to use (and leave running). pool: a
     `warm.WarmGroups` whose processes run the group clients (a benchmark of many jobs on one testbed).
     fast_setup: the testbed's CPU quotas and link rates are lifted while the groups set up (first graph
@@ -197,7 +227,7 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
             chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait,
                           rejoin=rejoiner.tick, before_start=restore,
                           check_servers=servers.testbed.check if servers.testbed is not None else lambda: None)
-            with _stop_on_signals(chief):
+            with _stop_on_signals(chief), _stop_when_set(chief, stop):
                 final = chief.run()
         finally:  # the chief already waited for them to leave; a group still running now is stuck (or the chief failed)
             restore()  # also when the job failed before its start

@@ -2,10 +2,10 @@
 and slow workers, ps, chief), its servers started with `edgemesh launch` as a user would, and
 `edgemesh train --noemulate` run on them as a process of its own:
 - a worker's server killed mid-run: the job trains on with the other group and says which one it lost;
-- the ps killed: a named error within 30 s with the resume hint, and a rerun with the same --logdir
-  resumes from the last checkpoint;
 - SIGINT (Ctrl-C): a clean stop with a checkpoint and the final record, no group process left,
-  and a rerun resumes.
+  and a rerun with the same --logdir resumes from it;
+- the ps killed (in that rerun): a named error within 30 s with the resume hint, and a third run
+  resumes from the last checkpoint.
 A killed server is started again (`edgemesh launch start --device`) for the next test."""
 import json
 import os
@@ -123,31 +123,10 @@ def _evals(recs):
     return records.of_kind(recs, records.Eval)
 
 
-def test_the_ps_killed_stops_the_job_naming_it_within_30_s_and_a_rerun_resumes(servers, tmp_path):
-    logdir = str(tmp_path / "run")
-    proc = _train(servers, logdir, 60.0, sync="asp", ps_timeout_s=5.0)
-    try:
-        _until(proc, logdir, "a checkpoint", lambda r: any(c.global_steps > 0
-                                                           for c in records.of_kind(r, records.Checkpoint)))
-        servers.kill("ps0")
-        killed = time.monotonic()
-        code = _finish(proc, 60)
-        stopped_after = time.monotonic() - killed
-    finally:
-        servers.restart("ps0")  # back at its address, its variables gone
-    out = _out(logdir)
-    assert code != 0 and stopped_after < 30, (code, stopped_after, out)
-    assert "/job:ps/task:0 (ps0)" in out and "checkpoint" in out, out
-    ckpts = read(logdir, records.Checkpoint)
-    proc = _train(servers, logdir, ckpts[-1].t + 3.0, sync="asp")
-    assert _finish(proc, 120) == 0, _out(logdir)
-    resume = read(logdir, records.Resume)
-    assert len(resume) == 1 and resume[0].global_steps == ckpts[-1].global_steps
-    assert resume[0].elapsed_s == pytest.approx(ckpts[-1].t, abs=0.01)  # the clock goes on from there
-    assert read(logdir, records.Final)[-1].global_steps > ckpts[-1].global_steps
-
-
-def test_sigint_stops_cleanly_with_a_checkpoint_leaves_no_process_and_a_rerun_resumes(servers, tmp_path):
+def test_sigint_stops_cleanly_the_rerun_resumes_and_the_ps_killed_in_it_is_named_within_30_s(servers, tmp_path):
+    """One logdir, three runs: SIGINT stops the first cleanly with a checkpoint; the second resumes from
+    it, and its ps is killed (a named error within 30 s); the third resumes from the second's last
+    checkpoint with its steps and clock."""
     logdir = str(tmp_path / "run")
     proc = _train(servers, logdir, 120.0, sync="asp", checkpoint_interval_s=60.0)
     try:
@@ -166,10 +145,32 @@ def test_sigint_stops_cleanly_with_a_checkpoint_leaves_no_process_and_a_rerun_re
     assert ckpt and ckpt[-1].t == final[0].t and os.path.exists(ckpt[-1].path + ".npz")
     assert final[0].t < 60, "the checkpoint at SIGINT is not the periodic one"
     assert [p for p in groups if procs.alive(*p)] == []  # the group clients ended with the job
-    proc = _train(servers, logdir, final[0].t + 3.0, sync="asp")
+
+    # the rerun resumes at the SIGINT's checkpoint; its ps is killed after a checkpoint of its own
+    proc = _train(servers, logdir, final[0].t + 60.0, sync="asp", ps_timeout_s=5.0)
+    try:
+        _until(proc, logdir, "a checkpoint after the resume", lambda r: any(
+            c.global_steps > final[0].global_steps for c in records.of_kind(r, records.Checkpoint)))
+        resume = read(logdir, records.Resume)
+        assert len(resume) == 1 and resume[0].global_steps == final[0].global_steps
+        servers.kill("ps0")
+        killed = time.monotonic()
+        code = _finish(proc, 60)
+        stopped_after = time.monotonic() - killed
+    finally:
+        servers.restart("ps0")  # back at its address, its variables gone
+    out = _out(logdir)
+    assert code != 0 and stopped_after < 30, (code, stopped_after, out)
+    assert "/job:ps/task:0 (ps0)" in out and "checkpoint" in out, out
+
+    # and the third run resumes from the second's last checkpoint
+    ckpts = read(logdir, records.Checkpoint)
+    proc = _train(servers, logdir, ckpts[-1].t + 3.0, sync="asp")
     assert _finish(proc, 120) == 0, _out(logdir)
     resume = read(logdir, records.Resume)
-    assert len(resume) == 1 and resume[0].global_steps == final[0].global_steps
+    assert len(resume) == 2 and resume[1].global_steps == ckpts[-1].global_steps > final[0].global_steps
+    assert resume[1].elapsed_s == pytest.approx(ckpts[-1].t, abs=0.01)  # the clock goes on from there
+    assert read(logdir, records.Final)[-1].global_steps > ckpts[-1].global_steps
 
 
 def test_a_worker_server_killed_mid_run_the_job_trains_on_and_names_it(servers, tmp_path):
