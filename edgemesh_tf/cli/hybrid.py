@@ -180,7 +180,7 @@ def run(job: HybridJob) -> None:
 
     cfg = job.cfg
     try:
-        final = run_job(cfg, job.cluster, emulate=job.emulate, emit=records.print_line)
+        final = run_job(cfg, job.cluster, emulate=job.emulate, emit=records.print_line, fast_setup=True)
     except (RuntimeError, TimeoutError) as e:  # PSLost, every group lost, a wait that timed out
         raise SystemExit("edgemesh train: %s" % e)
     print("done: %s; accuracy %.4f after %.1f s, %d steps, %.2f MB sent, %.1f s waiting; tensorboard --logdir %s/tb"

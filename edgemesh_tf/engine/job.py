@@ -203,9 +203,9 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
     STOP_REQUESTED).
     testbed: an already running `EmulatedCluster` of `cluster` to use (and leave running). pool: a
     `warm.WarmGroups` whose processes run the group clients (a benchmark of many jobs on one testbed).
-    fast_setup: the testbed's CPU quotas and link rates are lifted while the groups set up (first graph
-    runs, warm-up) and restored before the chief starts the clock; no measured figure changes, a job
-    starts sooner. (They stay in force after the stop: the groups' rounds in flight at the stop are
+    fast_setup: on an emulated testbed (passed in or started here), its CPU quotas and link rates are
+    lifted while the groups set up (first graph runs, warm-up) and restored before the chief starts
+    the clock; no measured figure changes, a job starts sooner. (They stay in force after the stop: the groups' rounds in flight at the stop are
     counted in the job's totals, so they must run at the devices' speed.)"""
     by_device = {d.device_string: d.name for d in cluster.devices}
     # this launch's own ready flag: its groups must not start on one left by an earlier job on these servers
@@ -218,8 +218,8 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
             emit(records.Testbed(**servers.summary))
         launch = {g.name: servers.launch[by_device[g.layout["devices"][0]]] for g in cfg.groups}
         lift = restore = lambda: None  # noqa: E731
-        if fast_setup and testbed is not None:
-            lift, restore = testbed.lift_limits, testbed.restore_limits
+        if fast_setup and servers.testbed is not None:
+            lift, restore = servers.testbed.lift_limits, servers.testbed.restore_limits
             lift()
         groups = GroupProcesses(cfg, launch, pool)
         rejoiner = Rejoiner(cfg, groups, servers.launch, servers.addresses)
