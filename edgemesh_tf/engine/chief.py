@@ -28,7 +28,6 @@ from edgemesh_tf.training import checkpoint
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.evaluator import Evaluator, ReplicaLocks, evaluate, held_out_indices
 from edgemesh_tf.engine.graph import build_replica_graph
-from edgemesh_tf.engine.liveness import Liveness
 from edgemesh_tf.engine.report import JobReport
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import single_device_layout
@@ -66,6 +65,10 @@ class Chief:
         self.before_start = before_start  # called once every group is ready, before the clock starts
         self.check_servers = check_servers  # raises RuntimeError naming a device whose server exited (the testbed's)
         self.stop_request = self.t0 = None  # why to stop (str); monotonic s training began
+        self.elapsed_before = 0.0  # s trained before a resume (the Resume record's)
+        self.phase = ""  # the phase on the board (the last WriteGlobal's): each tick's heartbeat carries it
+        self._restarted: dict[str, list[str]] = {}  # the launcher's restarts, for the next snapshot
+        self._checkpoint = ""  # the latest checkpoint saved
         self._replica = ReplicaLocks()  # evaluations (a thread) and checkpoints
         self.data = load_dataset(cfg.dataset, cfg.data_path)
         self.spec = spec = load_model(cfg.model, self.data.image_shape, self.data.num_classes)
@@ -80,22 +83,36 @@ class Chief:
         self.ckpt_dir = os.path.join(cfg.logdir, "checkpoints")
         self.report = JobReport(cfg, spec)
         self.emit = records.Emitter(emit).open(cfg.logdir, self.report.record)
-        self.machine = decide.Decisions(cfg, self.g.ps.dense_push_bytes, Liveness(cfg))
-        t = cfg.ps_timeout_s
-        self._actions = {decide.ProbePs: lambda s, a: self._probe_ps(s),
-                         decide.WriteControls: lambda s, a: self.g.board.write_controls(s, a.controls, t),
-                         decide.WriteGlobal: lambda s, a: self._write_global(s),
-                         decide.ResetCounters: lambda s, a: self.g.ps.reset_counters(s, t),
+        self.machine = decide.Decisions(cfg, self.g.ps.dense_push_bytes)
+        self._actions = {decide.ProbePs: lambda s, a, t: self._probe_ps(s),
+                         decide.WriteControls: lambda s, a, t: self.g.board.write_controls(s, a.controls, t),
+                         decide.WriteGlobal: self._write_phase,
+                         decide.ResetCounters: lambda s, a, t: self.g.ps.reset_counters(s, t),
                          # at a round's start a group has pulled as often as it committed
-                         decide.SetCounters: lambda s, a: self.g.ps.set_counters(s, a.group, a.commits, a.commits, t),
-                         decide.Evaluated: lambda s, a: self._evaluated(a),
-                         decide.SaveCheckpoint: lambda s, a: self._save(s, a.totals)}
+                         decide.SetCounters: lambda s, a, t: self.g.ps.set_counters(s, a.group, a.commits, a.commits, t),
+                         decide.Evaluated: lambda s, a, t: self._evaluated(a),
+                         decide.SaveCheckpoint: lambda s, a, t: self._save(s, a),
+                         decide.Rejoin: lambda s, a, t: self._rejoin(a)}
 
     def request_stop(self, why: str) -> None:
         self.stop_request = why
 
     def elapsed(self) -> float:
-        return self.machine.elapsed_before + (time.monotonic() - self.t0)
+        return self.elapsed_before + (time.monotonic() - self.t0)
+
+    def _act(self, sess, action, timeout_s: float | None = None) -> None:
+        """Carries out one of the machine's actions (a record is emitted); timeout_s: of its board and
+        counter writes (default the ps timeout)."""
+        if isinstance(action, records.Record):
+            self.emit(action)
+        else:
+            self._actions[type(action)](sess, action, self.cfg.ps_timeout_s if timeout_s is None else timeout_s)
+
+    def _rejoin(self, action: decide.Rejoin) -> None:
+        for rec in self.rejoin(action.lost_at, action.t):
+            if isinstance(rec, records.Restarted):
+                self._restarted[rec.group] = list(rec.devices)
+            self.emit(rec)
 
     # -- the parameter server --
 
@@ -121,9 +138,13 @@ class Chief:
                          % (self.cfg.ps_device + (" (%s)" % name if name else ""), self.cfg.ps_timeout_s, self.ckpt_dir,
                             last.splitlines()[0])) from None
 
-    def _write_global(self, sess, stop=False, heartbeat=None):
-        self.g.board.write_global(sess, self.machine.phase, stop, time.time() if heartbeat is None else heartbeat,
-                                  self.cfg.ps_timeout_s)
+    def _write_global(self, sess, stop=False, heartbeat=None, timeout_s=None):
+        self.g.board.write_global(sess, self.phase, stop, time.time() if heartbeat is None else heartbeat,
+                                  self.cfg.ps_timeout_s if timeout_s is None else timeout_s)
+
+    def _write_phase(self, sess, action: decide.WriteGlobal, timeout_s: float) -> None:
+        self.phase = action.phase
+        self._write_global(sess, heartbeat=action.heartbeat, timeout_s=timeout_s)
 
     def _read(self, sess) -> tuple[dict, dict]:
         """(the groups' reports, the ps counters)."""
@@ -164,16 +185,17 @@ class Chief:
                                   {n: v.shape.as_list() for n, v in self.g.masters.items()})
         if why:
             raise ValueError(why)
-        self.emit(self.machine.restore(state, prefix, time.monotonic()))
+        resume = self.machine.restore(state, prefix, time.monotonic())
+        self.elapsed_before, self.phase = resume.elapsed_s, resume.phase
+        self.emit(resume)
         return weights
 
-    def _save(self, sess, totals, elapsed: float | None = None) -> str:
-        elapsed = self.elapsed() if elapsed is None else elapsed
-        state = self.machine.state(totals, elapsed)
-        prefix = checkpoint.save(self.ckpt_dir, self._weights(sess), state)
-        self.emit(records.Checkpoint(t=round(elapsed, 3), path=prefix, phase=self.machine.phase,
+    def _save(self, sess, action: decide.SaveCheckpoint) -> None:
+        elapsed = self.elapsed() if action.at_s is None else action.at_s
+        state = self.machine.state(action.totals, elapsed)
+        self._checkpoint = checkpoint.save(self.ckpt_dir, self._weights(sess), state)
+        self.emit(records.Checkpoint(t=round(elapsed, 3), path=self._checkpoint, phase=action.phase,
                                      global_steps=state["global_steps"]))
-        return prefix
 
     # -- the job --
 
@@ -203,16 +225,16 @@ class Chief:
         self._run(sess, self.g.local_init)
         weights = self._restore(sess)
         self.g.board.initialize(sess, cfg.wait_timeout_s)
-        self.g.board.write_controls(sess, self.machine.controls, cfg.wait_timeout_s)
-        self._write_global(sess, heartbeat=0.0)
+        for action in self.machine.step(decide.Snapshot(self.elapsed_before, time.monotonic(), stage="setup")):
+            self._act(sess, action, cfg.wait_timeout_s)  # the controls and the phase
         self.g.ps.initialize(sess, weights, timeout_s=cfg.wait_timeout_s, token=cfg.job_token)
         self._wait_for_groups(sess)
         self.before_start()
         self.g.ps.reset_counters(sess, cfg.wait_timeout_s)
-        self.report.start(self.machine.elapsed_before)  # renders the layout picture (~0.5 s): set-up, not training
+        self.report.start(self.elapsed_before)  # renders the layout picture (~0.5 s): set-up, not training
         self.t0 = time.monotonic()
-        self.machine.begin()
-        self._write_global(sess)
+        for action in self.machine.step(decide.Snapshot(self.elapsed_before, self.t0, stage="start")):
+            self._act(sess, action)
         why, stop_t = self._loop(sess)  # the stop flag is up
         # The final accuracy is the global model's at the stop, pulled now: a round still in flight would
         # push work done after it (past the budget, or after the target was reached). The groups finish
@@ -225,10 +247,14 @@ class Chief:
         # their last pushes go into the checkpoint; one silent for lost_after_s would be declared lost anyway
         self.wait_groups(min(cfg.wait_timeout_s, cfg.lost_after_s))
         stats, counters = self._read(sess)
-        totals = self.machine.totals(stats)
-        self._evaluated(self.machine.evaluated(stop_t, *at_stop, totals, counters))
-        final = self.machine.final(why, totals, self._save(sess, totals, elapsed=stop_t), stop_t)
-        final = dataclasses.replace(final, **self.report.end(final, totals, stop_t))
+        final = None
+        for action in self.machine.step(decide.Snapshot(stop_t, time.monotonic(), stats, counters,
+                                                        evals=[(stop_t, *at_stop)], stop_request=why, stage="final")):
+            if isinstance(action, decide.Finish):
+                final = dataclasses.replace(action.record, checkpoint=self._checkpoint)
+            else:
+                self._act(sess, action)
+        final = dataclasses.replace(final, **self.report.end(final, final.groups, stop_t))
         self.emit(final)
         return final
 
@@ -261,20 +287,16 @@ class Chief:
                 time.sleep(TICK_S)
                 self._write_global(sess)
                 stats, counters = self._read(sess)
+                restarted, self._restarted = self._restarted, {}
                 snap = decide.Snapshot(self.elapsed(), time.monotonic(), stats, counters, self.exited_groups(),
-                                       evaluator.results(), self.stop_request)
+                                       evaluator.results(), self.stop_request, restarted=restarted)
                 for action in self.machine.step(snap):
                     if isinstance(action, decide.Stop):
+                        if action.failed:
+                            raise RuntimeError(action.why)
                         stop_t = self.elapsed()
                         self._write_global(sess, stop=True)
                         return action.why, stop_t
-                    if isinstance(action, records.Record):
-                        self.emit(action)
-                    else:
-                        self._actions[type(action)](sess, action)
-                for rec in self.rejoin(self.machine.liveness.lost_at(), round(snap.now, 3)):
-                    if isinstance(rec, records.Restarted):
-                        self.machine.liveness.restarted(rec.group, rec.devices)
-                    self.emit(rec)
+                    self._act(sess, action)
         finally:
             evaluator.stop(self.cfg.ps_timeout_s)

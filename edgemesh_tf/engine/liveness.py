@@ -68,6 +68,13 @@ class Liveness:
         """The launcher restarted `group` on `devices` (cluster names)."""
         self._running_on[group] = list(devices)
 
+    def pending(self) -> bool:
+        """Whether the launcher has a group to bring back: one lost, or one restarted on fewer devices
+        than its layout's (it comes back whole when they answer again)."""
+        return bool(self._lost_at) or any(
+            devices != self.cfg.names_of(next(g for g in self.cfg.groups if g.name == group).layout["devices"])
+            for group, devices in self._running_on.items())
+
     def devices_of(self, group: str) -> list[str]:
         """The cluster names of the devices `group` runs on (its own layout's unless restarted on fewer)."""
         if group in self._running_on:

@@ -21,7 +21,6 @@ published rules follow the ASHL authors' public code (github.com/xiangunremarkab
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
@@ -355,11 +354,12 @@ class PhaseController:
     In AHL, ``observe_loss`` switches to SHL once the global training loss is <= ``loss_threshold``
     for ``patience`` consecutive evaluations (a NaN or higher loss resets the count). Losses seen
     outside AHL are ignored. Every transition is recorded as ``(phase, step, wall_time_s)``, the
-    first being ``("profiling", 0, t0)``. ``state()``/``from_state()`` round-trip through a plain
-    dict (JSON-compatible) for checkpoints.
+    first being ``(initial, 0, start_s)``; times are the caller's clock (s), passed in.
+    ``state()``/``from_state()`` round-trip through a plain dict (JSON-compatible) for checkpoints.
     """
 
-    def __init__(self, loss_threshold: float, patience: int = 1, *, initial: str = "profiling", _now=time.time):
+    def __init__(self, loss_threshold: float, patience: int = 1, *, initial: str = "profiling",
+                 start_s: float = 0.0):
         if not (isinstance(loss_threshold, (int, float)) and math.isfinite(loss_threshold)):
             raise ValueError(f"loss_threshold must be a finite number, got {loss_threshold!r}")
         if not isinstance(patience, int) or isinstance(patience, bool) or patience < 1:
@@ -370,14 +370,12 @@ class PhaseController:
             raise ValueError(f"initial phase must be one of {PHASES}, got {initial!r}")
         self.phase = initial
         self.streak = 0
-        self._now = _now
-        self.transitions: list[tuple[str, int, float]] = [(initial, 0, float(_now()))]
+        self.transitions: list[tuple[str, int, float]] = [(initial, 0, float(start_s))]
 
-    def _enter(self, phase: str, step: int, wall_time: float | None) -> None:
+    def _enter(self, phase: str, step: int, wall_time: float) -> None:
         self.phase = phase
         self.streak = 0
-        self.transitions.append((phase, int(step), float(self._now() if wall_time is None
-                                                         else wall_time)))
+        self.transitions.append((phase, int(step), float(wall_time)))
 
     def phase_at(self, wall_time: float) -> str:
         """The phase at ``wall_time`` (s, the clock of the transitions): an evaluation that started
@@ -385,14 +383,14 @@ class PhaseController:
         at = [p for p, _, t in self.transitions if t <= wall_time]
         return at[-1] if at else self.transitions[0][0]
 
-    def start_ahl(self, step: int = 0, wall_time: float | None = None) -> None:
-        """Profiling done: enter AHL at global ``step`` (wall time in s, default now)."""
+    def start_ahl(self, step: int, wall_time: float) -> None:
+        """Profiling done: enter AHL at global ``step`` at ``wall_time`` (s)."""
         if self.phase != "profiling":
             raise RuntimeError(f"start_ahl needs phase 'profiling', the phase is {self.phase!r}")
         self._enter("ahl", step, wall_time)
 
-    def observe_loss(self, loss: float, step: int, wall_time: float | None = None) -> str:
-        """Feed one evaluation of the global training loss; returns the phase after it."""
+    def observe_loss(self, loss: float, step: int, wall_time: float) -> str:
+        """Feed one evaluation of the global training loss (at ``wall_time`` s); returns the phase after it."""
         if self.phase != "ahl":
             return self.phase
         if loss <= self.loss_threshold:  # False for NaN

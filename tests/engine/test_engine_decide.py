@@ -7,7 +7,6 @@ import pytest
 
 from edgemesh_tf.engine import decide, records
 from edgemesh_tf.engine.config import GroupSpec, JobConfig, SyncConfig
-from edgemesh_tf.engine.liveness import Liveness
 from edgemesh_tf.engine.rules import STAT_FIELDS
 from edgemesh_tf.mesh.layout import single_device_layout
 
@@ -22,7 +21,7 @@ def _cfg(**kw):
 
 def _machine(**kw):
     cfg = _cfg(**kw)
-    return decide.Decisions(cfg, dense_push_bytes=4000.0, liveness=Liveness(cfg))
+    return decide.Decisions(cfg, dense_push_bytes=4000.0)
 
 
 def _stats(**per_group):
@@ -65,10 +64,15 @@ def _runtime_nodes(tree):
             todo.extend(ast.iter_child_nodes(node))
 
 
+CORE = ["edgemesh_tf.engine." + m for m in ("decide", "actions", "drive_ashl", "drive_adsp", "liveness", "records",
+                                             "rules", "progress")]
+
+
 def test_decide_imports_no_tensorflow():
-    """The decision modules and everything of the package they import are pure Python."""
+    """The engine's core (the decisions, their actions, one driver per strategy, liveness, records,
+    rules, progress) and everything of the package they import are pure Python."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    todo, seen, bad = ["edgemesh_tf.engine.decide", "edgemesh_tf.engine.liveness", "edgemesh_tf.engine.records"], set(), []
+    todo, seen, bad = list(CORE), set(), []
     while todo:
         mod = todo.pop()
         if mod in seen:
@@ -93,7 +97,7 @@ def test_decide_imports_no_tensorflow():
 
 def test_bsp_evaluations_rates_and_target_stop():
     m = _machine(sync=SyncConfig(strategy="bsp"), target_accuracy=0.9)
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     assert m.phase == "train"
     assert _kinds(m.step(_snap(0.1))) == []
     stats = _stats(a={"examples": 320, "steps": 10}, b={"examples": 160, "steps": 5})
@@ -110,7 +114,7 @@ def test_bsp_evaluations_rates_and_target_stop():
 
 def test_target_needs_evaluations_in_a_row_and_a_dip_starts_the_count_again():
     m = _machine(sync=SyncConfig(strategy="bsp"), target_accuracy=0.9, target_evaluations=3)
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     stats = _stats(a={"examples": 32, "steps": 1})
     evals = [(1.0, 0.91, 1.0), (2.0, 0.93, 1.0), (3.0, 0.88, 1.0), (4.0, 0.92, 1.0), (5.0, 0.95, 1.0)]
     for t, acc, loss in evals:  # at target, at target, a dip, then two at target: not yet three in a row
@@ -122,7 +126,7 @@ def test_target_needs_evaluations_in_a_row_and_a_dip_starts_the_count_again():
 
 def test_time_budget_checkpoint_and_stop_request():
     m = _machine(sync=SyncConfig(strategy="asp"), time_budget_s=5.0, checkpoint_interval_s=2.0)
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     assert _kinds(m.step(_snap(1.0))) == []
     assert _kinds(m.step(_snap(2.1))) == ["SaveCheckpoint"]
     assert _kinds(m.step(_snap(3.0))) == []
@@ -133,7 +137,7 @@ def test_time_budget_checkpoint_and_stop_request():
 
 def test_ashl_profiling_ahl_then_shl():
     m = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     assert m.phase == "profiling" and all(c.local_steps == 8 for c in m.controls.values())
     half = _stats(a={"profiled": 1, "profile_iter_ms": 10, "profile_pull_ms": 5, "profile_push_ms": 5})
     assert _kinds(m.step(_snap(0.5, half))) == []  # b has not profiled yet
@@ -154,16 +158,17 @@ def test_ashl_profiling_ahl_then_shl():
 
 def test_silent_group_lost_then_readmitted():
     m = _machine(sync=SyncConfig(strategy="bsp"), lost_after_s=2.0)
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     m.step(_snap(0.1, _stats(a={"heartbeat": 1.0}, b={"heartbeat": 1.0})))
     acts = m.step(_snap(1.0, _stats(a={"heartbeat": 2.0}, b={"heartbeat": 1.0})))
     assert _kinds(acts) == []
     acts = m.step(_snap(2.5, _stats(a={"heartbeat": 3.0}, b={"heartbeat": 1.0})))
-    assert _kinds(acts) == ["ProbePs", "WriteControls", "Lost"]
-    lost = acts[-1]
+    assert _kinds(acts) == ["ProbePs", "WriteControls", "Lost", "Rejoin"]
+    lost = acts[2]
     assert lost.group == "b" and lost.live == ["a"] and "no report for 2.4 s" in lost.why
     assert m.controls["b"].lost and m.controls["a"].share == 1.0
-    assert m.liveness.lost_at() == {"b": 2.5}
+    assert acts[-1] == decide.Rejoin({"b": 2.5}, 2.5)  # the launcher may bring it back, every tick while lost
+    assert _kinds(m.step(_snap(3.0, _stats(a={"heartbeat": 3.5}, b={"heartbeat": 1.0})))) == ["Rejoin"]
     # a new process of b reports that it is joining: it gets the live groups' commit count
     acts = m.step(_snap(4.0, _stats(a={"heartbeat": 4.0}, b={"heartbeat": 9.0, "joining": 1, "incarnation": 2.0}),
                         _counters(**{"commits/a": 7, "commits/b": 2})))
@@ -172,11 +177,48 @@ def test_silent_group_lost_then_readmitted():
     assert not m.controls["b"].lost and m.liveness.lost_at() == {}
 
 
+def test_a_group_restarted_off_its_layout_asks_the_launcher_until_it_runs_on_its_layout_again():
+    """The launcher's restarts arrive as the next snapshot's `restarted`: on other (fewer) devices than
+    its layout's, the group is named on them and the launcher is asked every tick (its devices may
+    answer again); restarted on its layout's, nothing more is asked."""
+    m = _machine(sync=SyncConfig(strategy="asp"), device_names={"/job:worker/task:0": "edge0",
+                                                                 "/job:worker/task:1": "edge1"})
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
+    assert _kinds(m.step(_snap(0.5))) == []
+    acts = m.step(_snap(1.0, restarted={"a": ["edge1"]}))
+    assert acts == [decide.Rejoin({}, 1.0)] and m.liveness.devices_of("a") == ["edge1"]
+    assert m.step(_snap(1.1)) == [decide.Rejoin({}, 1.1)]
+    assert m.step(_snap(1.2, restarted={"a": ["edge0"]})) == [] and m.liveness.devices_of("a") == ["edge0"]
+    no_rejoin = _machine(sync=SyncConfig(strategy="asp"), rejoin_limit=0)
+    acts = no_rejoin.step(_snap(0.5, exited={"a": "exit code 1"}))
+    assert _kinds(acts) == ["ProbePs", "WriteControls", "Lost"]  # rejoin_limit 0: the launcher never restarts
+
+
+def test_setup_start_and_final_stages():
+    """Before the groups start: the controls and the phase (heartbeat 0); at the start: the phase; after
+    the stop: the stop's evaluation, the checkpoint at the stop and the final record."""
+    m = _machine(sync=SyncConfig(strategy="ashl"), target_accuracy=0.9)
+    acts = m.step(decide.Snapshot(0.0, 0.0, stage="setup"))
+    assert acts == [decide.WriteControls(m.controls), decide.WriteGlobal("profiling", heartbeat=0.0)]
+    assert m.step(decide.Snapshot(0.0, 0.0, stage="start")) == [decide.WriteGlobal("profiling")]
+    stats = _stats(a={"examples": 64, "steps": 2, "bytes_sent": 10}, b={"examples": 32, "steps": 1})
+    acts = m.step(decide.Snapshot(4.0, 9.0, stats, _counters(), evals=[(4.0, 0.5, 1.2)], stop_request="SIGINT",
+                                  stage="final"))
+    assert _kinds(acts) == ["Evaluated", "SaveCheckpoint", "Finish"]
+    assert acts[0].record.accuracy == 0.5 and acts[0].record.global_steps == 3
+    assert acts[1] == decide.SaveCheckpoint(acts[0].totals, "profiling", at_s=4.0)
+    final = acts[2].record
+    assert final.why == "SIGINT" and final.accuracy == 0.5 and final.global_steps == 3 and final.bytes_sent == 10
+    assert m.state(acts[1].totals, 4.0)["history"] == [(4.0, 0.5, 1.2)]  # the checkpoint holds the stop's evaluation
+    with pytest.raises(ValueError, match="stage 'later'"):
+        m.step(decide.Snapshot(5.0, 10.0, stage="later"))
+
+
 def test_a_long_first_round_is_not_silence():
     """Before its first round a group reports its warm-up (a pull, an iteration, the pushes) as its
     round time: silence is allowed for 3 of them, so a slow link's first round is not a loss."""
-    m = _machine(sync=SyncConfig(strategy="ashl"), lost_after_s=10.0)
-    m.begin()
+    m = _machine(sync=SyncConfig(strategy="ashl"), lost_after_s=10.0, rejoin_limit=0)
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     m.step(_snap(0.1, _stats(a={"heartbeat": 1.0, "round_s": 0.5}, b={"heartbeat": 1.0, "round_s": 7.0})))
     assert "Lost" not in _kinds(m.step(_snap(12.0, _stats(a={"heartbeat": 2.0, "round_s": 0.5},
                                                          b={"heartbeat": 1.0, "round_s": 7.0}))))
@@ -184,59 +226,60 @@ def test_a_long_first_round_is_not_silence():
     assert _kinds(acts)[-1] == "Lost" and acts[-1].group == "b" and "limit 21.0 s" in acts[-1].why
 
 
-def test_exited_group_lost_and_every_group_lost_raises():
+def test_exited_group_lost_and_every_group_lost_fails_the_job():
     m = _machine(sync=SyncConfig(strategy="asp"))
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     acts = m.step(_snap(0.5, exited={"a": "exit code 1"}))
-    assert _kinds(acts) == ["ProbePs", "WriteControls", "Lost"] and acts[-1].why == "exit code 1"
-    with pytest.raises(RuntimeError, match="every group is lost"):
-        m.step(_snap(0.6, exited={"a": "exit code 1", "b": "exit code 1"}))
+    assert _kinds(acts) == ["ProbePs", "WriteControls", "Lost", "Rejoin"] and acts[2].why == "exit code 1"
+    acts = m.step(_snap(0.6, exited={"a": "exit code 1", "b": "exit code 1"}))
+    assert _kinds(acts) == ["ProbePs", "WriteControls", "Lost", "Stop"]
+    assert acts[-1].failed and acts[-1].why == "chief: every group is lost (the last, b: exit code 1)"
 
 
 def test_totals_carry_over_a_restarted_process():
     m = _machine(sync=SyncConfig(strategy="asp"))
-    m.totals(_stats(a={"steps": 10, "incarnation": 1.0}))
-    t = m.totals(_stats(a={"steps": 3, "incarnation": 2.0}))
+    m._totals(_stats(a={"steps": 10, "incarnation": 1.0}))
+    t = m._totals(_stats(a={"steps": 3, "incarnation": 2.0}))
     assert t["a"]["steps"] == 13 and t["b"]["steps"] == 0
 
 
 def test_rejected_updates_recorded_once():
     m = _machine(sync=SyncConfig(strategy="asp"))
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     assert _kinds(m.step(_snap(0.5, counters=_counters(rejected=2)))) == ["Rejected"]
     assert _kinds(m.step(_snap(0.6, counters=_counters(rejected=2)))) == []
 
 
 def test_state_round_trip_resumes_phase_controls_and_counts():
     m = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     both = _stats(a={"profiled": 1, "profile_iter_ms": 10, "profile_pull_ms": 5, "profile_push_ms": 5, "steps": 8},
                   b={"profiled": 1, "profile_iter_ms": 40, "profile_pull_ms": 5, "profile_push_ms": 5, "steps": 8})
     m.step(_snap(1.0, both, evals=[(0.9, 0.3, 2.0)]))
-    state = m.state(m.totals(both), 1.2)
+    state = m.state(m._totals(both), 1.2)
     fresh = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
     rec = fresh.restore(state, "ckpt-1", clock=0.0)
     assert isinstance(rec, records.Resume) and rec.phase == "ahl" and rec.global_steps == 16
     assert fresh.controls == m.controls and fresh.elapsed_before == 1.2 and fresh.history == [(0.9, 0.3, 2.0)]
-    assert fresh._timing_of == m._timing_of and set(fresh._timing_of) == {"a", "b"}  # SHL is planned from them
+    assert fresh.driver._timing_of == m.driver._timing_of and set(fresh.driver._timing_of) == {"a", "b"}  # SHL is planned from them
     # published ASHL switches to SHL on the profile's timings, also after a resume whose processes did not profile
     acts = fresh.step(_snap(2.0, _stats(), evals=[(1.9, 0.5, 0.1)]))
     assert isinstance(acts[-1], records.Phase) and acts[-1].new == "shl"
     assert fresh.controls["b"].local_steps == 2 and fresh.controls["a"].local_steps > 2
     # a resumed process starts its totals from zero: the checkpoint's totals are kept as offsets
-    assert fresh.totals(_stats(a={"steps": 1, "incarnation": 5.0}))["a"]["steps"] == 9
+    assert fresh._totals(_stats(a={"steps": 1, "incarnation": 5.0}))["a"]["steps"] == 9
 
 
 def test_adsp_as_published_catch_up_and_compute_only_timers():
     m = _machine(sync=SyncConfig(strategy="adsp", shl_loss=0.2, adsp_period_s=6.0, adsp_commits=6), lost_after_s=100.0)
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     assert all(abs(c.timer_s - 1.0) < 1e-9 for c in m.controls.values())  # before anything is measured
     # a: 10 ms/iter, 0.5 s of communication per commit, 4 commits; b: 40 ms/iter, 1 s per commit, 2 commits
     stats = _stats(a={"steps": 100, "commits": 4, "compute_s": 1.0, "pull_s": 1.0, "push_s": 1.0},
                    b={"steps": 25, "commits": 2, "compute_s": 1.0, "pull_s": 1.0, "push_s": 1.0})
     acts = m.step(_snap(1.0, stats, _counters(**{"commits/a": 4, "commits/b": 2}), evals=[(0.9, 0.3, 1.0)]))
     # AHL's commit rate on the slowest: 6 s // (8 x 40 ms + 1 s) = 4 commits per period
-    assert m.search.count == 4 and m.search.period_s == 6.0
+    assert m.driver.search.count == 4 and m.driver.search.period_s == 6.0
     assert _kinds(acts) == ["Evaluated", "WriteControls", "Adsp"]
     # catch-up: the counts meet at 4 + 4 = 8; a makes 4 commits (6/4 - 0.5 s), b 6 (6/6 - 1 s)
     assert m.controls["a"].timer_s == pytest.approx(1.0) and m.controls["b"].timer_s == pytest.approx(0.0)
@@ -247,7 +290,7 @@ def test_adsp_as_published_catch_up_and_compute_only_timers():
         t = 4.0 + i
         out += m.step(_snap(t + 0.05, stats, evals=[(t, 0.5, 1.0 / (0.5 * t + 1) + 0.1)]))
     assert len([a for a in out if isinstance(a, decide.WriteControls)]) == 2  # at 7.05 and 13.05 s
-    assert len(m.search.trials) >= 1  # a whole period of evaluations decided the count once
+    assert len(m.driver.search.trials) >= 1  # a whole period of evaluations decided the count once
 
 
 def test_records_round_trip_through_json(tmp_path):
@@ -267,3 +310,15 @@ def test_records_round_trip_through_json(tmp_path):
     with pytest.raises(ValueError, match="unknown record kind"):
         records.from_dict({records.KEY: "nope"})
     assert dataclasses.asdict(recs[1])["version"] == 7
+
+
+def test_the_chief_reaches_the_core_only_through_step_state_and_restore():
+    """engine/chief.py uses nothing of its machine (decide.Decisions) but step, state and restore."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tree = ast.parse(open(os.path.join(root, "edgemesh_tf", "engine", "chief.py")).read())
+    used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Attribute) and node.value.attr == "machine"}
+    assert used == {"step", "state", "restore"}, used
+    passed = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and any(isinstance(a, ast.Attribute) and a.attr == "machine" for a in node.args)]
+    assert not passed, "the chief hands its machine to %s" % [ast.unparse(n.func) for n in passed]

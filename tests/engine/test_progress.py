@@ -8,7 +8,6 @@ import pytest
 
 from edgemesh_tf.engine import decide, progress, records, rules
 from edgemesh_tf.engine.config import GroupSpec, JobConfig, SyncConfig
-from edgemesh_tf.engine.liveness import Liveness
 from edgemesh_tf.engine.rules import STAT_FIELDS
 from edgemesh_tf.mesh.layout import single_device_layout
 from edgemesh_tf.sync.schedule import PHASES
@@ -142,7 +141,7 @@ def _machine(**kw):
     groups = tuple(GroupSpec(g, single_device_layout("/job:worker/task:%d" % i).to_dict(), 32)
                    for i, g in enumerate("ab"))
     cfg = JobConfig(groups=groups, **kw)
-    return decide.Decisions(cfg, dense_push_bytes=4000.0, liveness=Liveness(cfg))
+    return decide.Decisions(cfg, dense_push_bytes=4000.0)
 
 
 def _stats(t, **per_group):
@@ -163,7 +162,7 @@ def test_decisions_records_averaged_rates_estimate_and_reached():
     """Group a commits 320 examples every 3 s, b 160 every 2 s; evaluations every second follow
     1 - 0.9 exp(-t / 20) and reach 0.97 at 68.0 s."""
     m = _machine(sync=SyncConfig(strategy="asp"), target_accuracy=0.97, time_budget_s=240.0)
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     recs = []
     for i in range(1, 80):
         t = float(i)
@@ -189,7 +188,7 @@ def test_decisions_records_averaged_rates_estimate_and_reached():
 
 def test_ashl_phase_switch_record_carries_the_description():
     m = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
-    m.begin()
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     prof = {"profiled": 1, "profile_pull_ms": 5, "profile_push_ms": 5}
     acts = m.step(_snap(1.0, _stats(1.0, a={**prof, "profile_iter_ms": 10}, b={**prof, "profile_iter_ms": 40})))
     (phase,) = [a for a in acts if isinstance(a, records.Phase)]

@@ -74,15 +74,14 @@ def test_staleness_gate():
 
 
 def test_phase_controller_switch_and_round_trip():
-    clock = iter(range(100, 200))
-    pc = PhaseController(0.5, patience=2, _now=lambda: next(clock))
+    pc = PhaseController(0.5, patience=2, start_s=100.0)
     assert pc.phase == "profiling"
-    assert pc.observe_loss(0.1, step=3) == "profiling"  # ignored before AHL
-    pc.start_ahl(step=10)
-    assert pc.observe_loss(0.4, step=20) == "ahl"   # 1 of 2
-    assert pc.observe_loss(0.6, step=30) == "ahl"   # reset
-    assert pc.observe_loss(float("nan"), step=35) == "ahl"
-    assert pc.observe_loss(0.5, step=40) == "ahl"   # 1 of 2 (<= threshold counts)
+    assert pc.observe_loss(0.1, step=3, wall_time=100.5) == "profiling"  # ignored before AHL
+    pc.start_ahl(step=10, wall_time=101.0)
+    assert pc.observe_loss(0.4, step=20, wall_time=102.0) == "ahl"   # 1 of 2
+    assert pc.observe_loss(0.6, step=30, wall_time=103.0) == "ahl"   # reset
+    assert pc.observe_loss(float("nan"), step=35, wall_time=104.0) == "ahl"
+    assert pc.observe_loss(0.5, step=40, wall_time=105.0) == "ahl"   # 1 of 2 (<= threshold counts)
     restored = PhaseController.from_state(json.loads(json.dumps(pc.state())))
     assert restored.state() == pc.state()
     assert restored.observe_loss(0.3, step=50, wall_time=123.5) == "shl"
@@ -91,7 +90,7 @@ def test_phase_controller_switch_and_round_trip():
     assert [restored.phase_at(t) for t in (99.0, 100.0, 100.9, 101.0, 123.4, 200.0)] == [
         "profiling", "profiling", "profiling", "ahl", "ahl", "shl"]
     with pytest.raises(RuntimeError, match="needs phase 'profiling'"):
-        restored.start_ahl()
+        restored.start_ahl(60, 130.0)
     with pytest.raises(ValueError, match="patience must be an int >= 1"):
         PhaseController(0.5, patience=0)
 
