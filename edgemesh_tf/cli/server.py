@@ -18,6 +18,9 @@ flags.DEFINE_string("device", None, "Device name in --cluster.")
 flags.DEFINE_string("ready_file", None, "Written with the server target once the server is up.")
 flags.DEFINE_integer("intra_op_threads", 0, "Intra-op threads (0 = TF default).")
 flags.DEFINE_integer("inter_op_threads", 0, "Inter-op threads (0 = TF default).")
+flags.DEFINE_boolean("facts", True, "Answer `edgemesh cluster check`'s query of this server's versions (imports "
+                     "TensorFlow's py-function machinery: ~2 s more at start); the emulated testbed's servers "
+                     "start without it.")
 
 
 def main(argv):
@@ -32,7 +35,7 @@ def main(argv):
     except (ValueError, OSError, KeyError) as e:
         sys.exit("edgemesh server: %s" % e)
     code = server.serve_until_signal(cfg, FLAGS.ready_file, intra_op_threads=FLAGS.intra_op_threads,
-                                     inter_op_threads=FLAGS.inter_op_threads)
+                                     inter_op_threads=FLAGS.inter_op_threads, facts=FLAGS.facts)
     logging.flush()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -286,7 +286,8 @@ def _start_servers(cluster: EmulatedCluster, views, namespaces, server_flags, co
     for d in cluster.spec.devices:
         config = {"cluster": cluster_spec_dict(cluster.spec, views[d.name]),
                   "task": {"type": d.role, "index": d.task_index}}
-        cmd = [sys.executable, "-m", "edgemesh_tf.cli.main", "server", "--tf_config", json.dumps(config)]
+        # --nofacts: the version query is for real servers (`edgemesh cluster check`)
+        cmd = [sys.executable, "-m", "edgemesh_tf.cli.main", "server", "--tf_config", json.dumps(config), "--nofacts"]
         if d.name in cores:
             # As many compute threads as the quota has cores: a thread pool wider than the quota
             # loses time to throttled threads holding up the others.

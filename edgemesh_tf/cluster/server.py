@@ -54,11 +54,11 @@ FACTS_TOKEN = "edgemesh_server_facts"
 def server_facts() -> bytes:
     """JSON of this process's versions: {"tensorflow", "edgemesh_tf", "python"} (run in the server's
     process by a PyFunc op with FACTS_TOKEN placed on its task)."""
-    import tensorflow as tf
+    from tensorflow.python.framework import versions
 
     from edgemesh_tf.version import VERSION
 
-    return json.dumps({"tensorflow": tf.__version__, "edgemesh_tf": VERSION,
+    return json.dumps({"tensorflow": versions.__version__, "edgemesh_tf": VERSION,
                        "python": platform.python_version()}).encode()
 
 
@@ -78,32 +78,32 @@ def register_facts() -> bool:
         return False
 
 
-def start_server(config: Mapping, intra_op_threads: int = 0, inter_op_threads: int = 0):
-    """Starts the server of TF_CONFIG's task, its version query registered (`register_facts`); returns
-    the tf.distribute.Server.
+def start_server(config: Mapping, intra_op_threads: int = 0, inter_op_threads: int = 0, facts: bool = True):
+    """Starts the server of TF_CONFIG's task; returns the tf.distribute.Server. facts: its version
+    query registered (`register_facts`; it imports TF's py-function machinery, ~2 s of CPU more).
 
     TF binds the task's port on all interfaces of the network namespace (it hard-codes 0.0.0.0), so
     the emulator runs each server in its own namespace. A server only runs the graphs its clients
-    send: a process that has not imported TensorFlow yet starts it without Keras (tf_import.py).
+    send: a process that has not imported TensorFlow yet starts it without TensorFlow's Python API
+    (tf_import.server_modules).
     """
-    tf_import.without_keras()
-    import tensorflow as tf
-
-    register_facts()
-    session_config = tf.compat.v1.ConfigProto(
+    server_lib, config_pb2 = tf_import.server_modules()
+    if facts:
+        register_facts()
+    session_config = config_pb2.ConfigProto(
         intra_op_parallelism_threads=intra_op_threads, inter_op_parallelism_threads=inter_op_threads)
-    return tf.distribute.Server(
-        tf.train.ClusterSpec(dict(config["cluster"])), job_name=config["task"]["type"],
+    return server_lib.Server(
+        server_lib.ClusterSpec(dict(config["cluster"])), job_name=config["task"]["type"],
         task_index=int(config["task"]["index"]), config=session_config, start=True)
 
 
-def serve_until_signal(config: Mapping, ready_file: str | None = None, **threads) -> int:
-    """Runs the server until SIGTERM or SIGINT; returns the exit code (0)."""
+def serve_until_signal(config: Mapping, ready_file: str | None = None, **server_kwargs) -> int:
+    """Runs the server (start_server's keyword arguments) until SIGTERM or SIGINT; returns the exit code (0)."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop.set())
     t0 = time.monotonic()
-    server = start_server(config, **threads)
+    server = start_server(config, **server_kwargs)
     task = "/job:%s/task:%d" % (config["task"]["type"], int(config["task"]["index"]))
     logging.info("server ready: %s at %s (pid %d, %.1f s)", task, server.target, os.getpid(), time.monotonic() - t0)
     logging.warning(SECURITY_NOTE)
