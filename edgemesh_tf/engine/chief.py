@@ -5,10 +5,11 @@ there is one, with the strategy state saved there), waits for the groups, then e
 writes its heartbeat, reads the groups' reports and the ps counters, hands them with the finished
 evaluations (evaluator.py, a thread) to `Decisions.step` and carries out the actions it returns:
 board writes, ps counters, records (records.py: `<logdir>/chief.jsonl`, TensorBoard, the caller's
-`emit`), checkpoints. It asks the launcher (`rejoin`) to restart lost groups. At the stop it raises
-the stop flag at once (an evaluation in flight is cancelled, not waited for), pulls the global model
-at the stop, evaluates it on the whole test set, waits for the groups' last pushes, checkpoints and
-returns the final record.
+`emit`), checkpoints, the launcher's rejoin of lost groups (its restarts go into the next snapshot).
+At the stop it raises the stop flag at once (an evaluation in flight is cancelled, not waited for),
+pulls the global model at the stop, evaluates it on the whole test set, waits for the groups' last
+pushes and hands their reports to the "final" stage, whose actions checkpoint and finish the final
+record. Of its machine it uses `step`, `state` and `restore` only.
 """
 from __future__ import annotations
 
