@@ -71,13 +71,14 @@ class Liveness:
     def pending(self) -> bool:
         """Whether the launcher has a group to bring back: one lost, or one restarted on fewer devices
         than its layout's (it comes back whole when they answer again)."""
-        return bool(self._lost_at) or any(
-            devices != self.cfg.names_of(next(g for g in self.cfg.groups if g.name == group).layout["devices"])
-            for group, devices in self._running_on.items())
+        return bool(self._lost_at) or any(devices != self._layout_devices(group)
+                                          for group, devices in self._running_on.items())
+
+    def _layout_devices(self, group: str) -> list[str]:
+        """The cluster names of the devices of `group`'s own layout."""
+        spec = next(g for g in self.cfg.groups if g.name == group)
+        return self.cfg.names_of(spec.layout["devices"])
 
     def devices_of(self, group: str) -> list[str]:
         """The cluster names of the devices `group` runs on (its own layout's unless restarted on fewer)."""
-        if group in self._running_on:
-            return self._running_on[group]
-        spec = next(g for g in self.cfg.groups if g.name == group)
-        return self.cfg.names_of(spec.layout["devices"])
+        return self._running_on[group] if group in self._running_on else self._layout_devices(group)
