@@ -155,7 +155,13 @@ def _ask(device: Device, address: str, deadline: float, timeout_s: float, status
 def unanswered(cluster: ClusterFile, timeout_s: float = SERVER_TIMEOUT_S,
                addresses: Mapping[str, str] | None = None) -> list[Missing]:
     """The tasks of `cluster` whose server did not answer within timeout_s (all asked at once, in
-    file order); addresses: {device name: host:port} (default: the file's)."""
+    file order); addresses: {device name: host:port} (default: the file's).
+
+    TensorFlow is imported here, in the caller's thread, before the clock starts: imported inside the
+    asking threads it takes a whole short round on a loaded machine (seconds), and a thread left in
+    TensorFlow's C++ code when the process exits aborts the process ("terminate called ...")."""
+    import tensorflow  # noqa: F401  (see the docstring)
+
     started = time.monotonic()
     deadline = started + timeout_s
     status: dict[str, str | None] = {d.name: "no answer" for d in cluster.devices}

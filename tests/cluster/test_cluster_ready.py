@@ -64,14 +64,49 @@ def test_default_timeout_is_one_number():
     assert JobSettings().server_timeout_s == ready.SERVER_TIMEOUT_S == 30.0
 
 
-def test_nothing_listening_is_named_at_its_address_without_tensorflow(tmp_path):
+def test_nothing_listening_is_named_at_its_address_without_a_tf_run(tmp_path):
     ports = free_ports(4)
     c = spec.load_cluster(_cluster_file(tmp_path / "c.yaml", ports))
+    import tensorflow  # noqa: F401  (unanswered imports it before its clock starts)
+
     t0 = time.monotonic()
     missing = ready.unanswered(c, 1.0)
     assert time.monotonic() - t0 < 3.0
     assert [(m.device.name, m.address) for m in missing] == [(n, "127.0.0.1:%d" % p) for n, p in zip(NAMES, ports)]
     assert all(m.reason == "nothing listens there (connection refused)" for m in missing)
+
+
+_IMPORTING_THREAD = """
+import socket, sys, threading
+from edgemesh_tf.cluster import ready, spec
+
+class Watch:  # records the thread that imports tensorflow
+    def find_spec(self, name, path=None, target=None):
+        if name == "tensorflow":
+            print("tensorflow imported in", threading.current_thread().name, flush=True)
+        return None
+
+sys.meta_path.insert(0, Watch())
+silent = socket.socket()  # the first task's port: a listener that speaks no gRPC, so a TF run is tried
+silent.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+silent.bind(("127.0.0.1", int(sys.argv[2])))
+silent.listen(8)
+ready.unanswered(spec.load_cluster(sys.argv[1]), 0.5)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.subprocess
+def test_tensorflow_is_imported_in_the_callers_thread_not_in_an_asking_thread(tmp_path):
+    """An asking thread that imports TensorFlow can outlive a short round (the import takes seconds on a
+    loaded machine) and be left in TensorFlow's C++ code when the process exits, which aborts it
+    (`edgemesh launch wait` exited -6 that way)."""
+    ports = free_ports(4)
+    path = _cluster_file(tmp_path / "c.yaml", ports)
+    p = subprocess.run([sys.executable, "-c", _IMPORTING_THREAD, path, str(ports[0])], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=REPO))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.splitlines() == ["tensorflow imported in MainThread", "done"], p.stdout
 
 
 @pytest.mark.slow
