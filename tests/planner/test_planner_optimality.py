@@ -70,17 +70,34 @@ def test_quantum_and_split_prediction_consistent():
     assert again == div.prediction
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_tight_memory_finds_a_fitting_plan_when_one_exists(seed):
-    """With one device's budget below its unconstrained need, the (heuristic) memory fitting still
-    returns a plan that fits, no better than the exhaustive best that fits."""
+def _tight(seed, fraction):
+    """(group, stats, chunks, i, budget): a random case whose device i may hold only `fraction` of the
+    bytes its unconstrained division gives it beyond the fixed part (weights it must hold whatever the
+    division: ``fixed_memory_bytes``). The fixed part is most of a small model's bytes, so a cap on the
+    whole would rule out every division or none."""
     rng = random.Random(2000 + seed)
     k, chunks, n_layers = CASES[seed]
     stats = model_stats(_spec(rng, n_layers, chunks), batch=8)
     group = _group(rng, stats, k)
     free = divide(group, stats, chunks=chunks).prediction
     i = rng.randrange(k)
-    group[i] = dataclasses.replace(group[i], memory_bytes=int(free.memory_bytes[i] * 0.8))
+    fixed = fixed_memory_bytes(stats, k)[i]
+    budget = int(fixed + fraction * (free.memory_bytes[i] - fixed))
+    group[i] = dataclasses.replace(group[i], memory_bytes=budget)
+    return group, stats, chunks, i
+
+
+FRACTIONS = (0.2, 0.5, 0.8)
+
+
+@pytest.mark.parametrize("fraction", FRACTIONS)
+@pytest.mark.parametrize("seed", range(len(CASES)))
+def test_tight_memory_finds_a_fitting_plan_when_one_exists(seed, fraction):
+    """With one device's division-dependent bytes capped below its unconstrained need, the (heuristic)
+    memory fitting returns a plan whenever the exhaustive search finds one that fits, never a plan that
+    does not fit, and one no worse than 1.3x the exhaustive best that fits; when none fits, it says so
+    naming the device."""
+    group, stats, chunks, i = _tight(seed, fraction)
     best = exhaustive_best(group, stats, chunks, fits=True)
     if best is None:
         with pytest.raises(PlanError, match="device d%d" % i):
@@ -89,6 +106,19 @@ def test_tight_memory_finds_a_fitting_plan_when_one_exists(seed):
     got = divide(group, stats, chunks=chunks).prediction
     assert all(m <= d.memory_bytes for m, d in zip(got.memory_bytes, group))
     assert best - 1e-9 <= got.step_ms <= best * 1.3
+
+
+def test_the_tight_memory_cases_take_every_branch():
+    """The cases above are not all of one kind: in some a fitting plan exists only because the cap
+    moved units off the capped device (it binds), and in some no plan fits."""
+    kinds = set()
+    for seed in range(len(CASES)):
+        for fraction in FRACTIONS:
+            group, stats, chunks, _ = _tight(seed, fraction)
+            best = exhaustive_best(group, stats, chunks, fits=True)
+            kinds.add("none fits" if best is None else
+                      "binds" if best > exhaustive_best(group, stats, chunks) + 1e-9 else "free")
+    assert {"none fits", "binds"} <= kinds, kinds
 
 
 @pytest.mark.parametrize("fits", [False, True])
