@@ -120,14 +120,13 @@ def profile(cluster: Cluster, model: ModelSpec, batch: int = 32) -> Profile:
 def plan(profile: Profile, model: ModelSpec, batch: int | None = None, strategy: str = "ashl", **options) -> Plan:
     """EdgeMesh's grid and filter division of ``model`` on the profiled devices: data-parallel
     groups, and inside each an uneven split of every conv's filters and dense layer's units, for
-    ``strategy``'s commit rate. options: ``planner.plan``'s (groups, memory_fraction, engine, ...).
+    the job ``strategy`` runs (each phase's local iterations, commits and waits, priced by the rules the
+    engine applies: engine/job_cost.py). options: ``planner.plan``'s (groups, memory_fraction, engine, ...).
     ``format_table(plan)`` prints it; ``plan.groups[i].layout.sizes`` holds each dim's shares."""
-    from edgemesh_tf.engine import rules
+    from edgemesh_tf.engine import job_cost
     from edgemesh_tf.engine.config import SyncConfig
-    from edgemesh_tf.planner import plan as _plan
 
-    return _plan(profile, model, batch=batch, commit_interval=rules.commit_interval(SyncConfig(strategy=strategy)),
-                 **options)
+    return job_cost.plan_job(profile, model, batch, SyncConfig(strategy=strategy), **options)
 
 
 def _reference(model: ModelSpec, logdir: str) -> str:

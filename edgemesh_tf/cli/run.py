@@ -20,7 +20,7 @@ import os
 from absl import flags
 
 from edgemesh_tf.cli import hybrid
-from edgemesh_tf.engine import records
+from edgemesh_tf.engine import job_cost, records
 
 SUMMARY = "the main job: start the testbed of a cluster file, profile, plan, train, summarise"
 FLAGS = flags.FLAGS
@@ -84,6 +84,11 @@ def summary_text(s: dict) -> str:
     if s["idle_devices"]:
         lines.append("  idle: %s (the planner predicts the job faster without them; see %s)" % (
             ", ".join(s["idle_devices"]), s["plan"]))
+    pvm = s.get("predicted_vs_measured")
+    if pvm and pvm["rows"]:
+        lines.append("predicted -> measured per phase and group (a round: local iterations, a commit, a wait)%s:"
+                     % ("; one group: nothing between groups to coordinate" if pvm["groups"] == 1 else ""))
+        lines.extend(job_cost.format_rows(pvm["rows"]))
     lines.append("where the time went (share of the training time): compute / communication / waiting / other")
     for g, t in s["group_time"].items():
         total = max(s["train_s"], 1e-9)

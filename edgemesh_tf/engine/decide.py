@@ -70,6 +70,7 @@ class Decisions:
         self._next_ckpt = cfg.checkpoint_interval_s
         self._last_eval: tuple[float, Totals] = (0.0, {})  # for rates
         self._throughput = progress.Throughput()  # windowed rates (a resumed run starts it again)
+        self.phase_totals: dict[str, Totals] = {}  # each phase's groups' totals when it began (job_cost.py)
         driver = DRIVERS.get(self.sync.strategy)
         self.driver = driver(self) if driver else None  # the strategy's own decisions (drive_*.py)
 
@@ -86,7 +87,7 @@ class Decisions:
         """The strategy state a checkpoint keeps (JSON)."""
         return {"phase_controller": self.phases.state(), "totals": totals, "elapsed_s": elapsed,
                 "controls": {g: dataclasses.asdict(c) for g, c in self.controls.items()},
-                "history": self.history, "global_steps": steps_of(totals),
+                "history": self.history, "global_steps": steps_of(totals), "phase_totals": self.phase_totals,
                 **(self.driver.state() if self.driver else {})}
 
     def restore(self, state: Mapping, path: str, clock: float) -> records.Resume:
@@ -100,6 +101,7 @@ class Decisions:
         self._next_ckpt = self.elapsed_before + self.cfg.checkpoint_interval_s
         self._last_eval = (self.elapsed_before, {})
         self.history = [tuple(h) for h in state.get("history", [])]
+        self.phase_totals = dict(state.get("phase_totals", {}))
         if self.driver:
             self.driver.restore(state)
         return records.Resume(checkpoint=path, phase=self.phase, elapsed_s=round(self.elapsed_before, 3),
@@ -110,6 +112,7 @@ class Decisions:
         self._last_eval = (self.elapsed_before, self._last_eval[1])
         if not self.elapsed_before:  # a new run counts from zero examples
             self._throughput.add(0.0, {g: 0.0 for g in self.cfg.group_names})
+            self.phase_totals = {self.phase: {}}
 
     # -- the tick --
 
@@ -135,6 +138,11 @@ class Decisions:
             return self._after_stop(snap)
         if snap.stage != "tick":
             raise ValueError("snapshot stage %r: expected one of %s" % (snap.stage, STAGES))
+        out = self._tick(snap)
+        self.phase_totals.setdefault(self.phase, self._ticks[-1][1])  # a phase entered in this tick
+        return out
+
+    def _tick(self, snap: Snapshot) -> list:
         for g, devices in snap.restarted.items():
             self.liveness.restarted(g, list(devices))
         totals = self._totals(snap.stats)
@@ -244,7 +252,7 @@ class Decisions:
             bytes_received=int(sum(t["bytes_received"] for t in totals.values())),
             wait_s=round(sum(t["wait_s"] for t in totals.values()), 3), groups=totals, checkpoint=checkpoint,
             lost_groups=[g for g, c in self.controls.items() if c.lost], rejected_updates=self.rejected,
-            curve=[[round(t, 3), round(a, 4)] for t, a, _ in self.history])
+            curve=[[round(t, 3), round(a, 4)] for t, a, _ in self.history], phase_totals=self.phase_totals)
 
     # -- liveness --
 

@@ -78,16 +78,44 @@ def plan_summary(result, spec, cluster) -> dict:
             "best_alternative": list(best) if best else None, "splits": splits}
 
 
+def predicted_vs_measured(result, cluster, sync: SyncConfig, final: dict) -> dict:
+    """The plan's cost of the job (engine/job_cost.py) per phase and group beside what the run measured:
+    {"rows": job_cost.compare's rows, "flagged": how many are off by more than job_cost.GAP,
+    "groups": the number of groups (1: nothing between groups to coordinate)}."""
+    from edgemesh_tf.engine import job_cost
+    from edgemesh_tf.engine.job import groups_of_plan
+
+    names = [g.name for g in groups_of_plan(cluster, result, "the plan", 1)]
+    preds = {n: g.prediction for n, g in zip(names, result.groups)}
+    predicted = job_cost.phase_costs(sync, preds, {n: g.batch for n, g in zip(names, result.groups)})
+    measured = job_cost.measured_phases(final["phase_transitions"], final.get("phase_totals") or {},
+                                        final["groups"], final["t"])
+    rows = job_cost.compare(predicted, measured)
+    return {"rows": rows, "flagged": sum(r["missed"] is not None for r in rows), "groups": len(names)}
+
+
+def write_predicted_vs_measured(logdir: str, pvm: dict, t: float) -> None:
+    """The comparison as the text "predicted_vs_measured" of TensorBoard's run "total" (at `t` s)."""
+    from edgemesh_tf.engine import job_cost
+    from edgemesh_tf.summaries.writers import Writers
+
+    tb = Writers(logdir, ["total"])
+    try:
+        tb.text("total", "predicted_vs_measured", job_cost.markdown_table(pvm["rows"]), t)
+    finally:
+        tb.close()
+
+
 def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: SyncConfig, *, emulate: bool = True,
                      cache_dir: str = "", reprofile: bool = False, **plan_options):
     """Profiles every worker of reached ``servers`` for ``spec`` at ``batch`` (or reuses the profile that
     ``cache_dir`` holds for the same devices, model and batch, unless ``reprofile``; a fresh profile is
-    stored there) and plans groups and filter division for the commit rate of ``sync``'s strategy;
+    stored there) and plans groups and filter division for the job ``sync``'s strategy runs (job_cost.plan_job);
     writes ``<logdir>/profile.json`` and ``<logdir>/plan.yaml``. Returns (profile, plan, profile path,
     plan path, cache), cache: {"entry": the cache file or None, "reused": bool, "age_s": age of a
     reused profile, "profiled_iteration_ms": {group: ms} the first job on it measured, or {}}. plan_options: of ``planner.plan`` (e.g. memory_fraction, groups)."""
-    from edgemesh_tf.engine import rules
-    from edgemesh_tf.planner import plan, write_plan
+    from edgemesh_tf.engine import job_cost
+    from edgemesh_tf.planner import write_plan
     from edgemesh_tf.planner.calibrate import steps_to_time
     from edgemesh_tf.profiling import cache as profile_cache
     from edgemesh_tf.profiling.run import budgets, profile_servers
@@ -108,8 +136,7 @@ def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: Sync
         cache = {"entry": entry, "reused": False, "age_s": 0.0, "profiled_iteration_ms": {}}
     profile_path = os.path.join(logdir, "profile.json")
     save_profile(profile, profile_path)
-    # a group pushes and pulls once per commit: the planner amortises that over the strategy's iterations
-    result = plan(profile, spec, batch=batch, commit_interval=rules.commit_interval(sync), **plan_options)
+    result = job_cost.plan_job(profile, spec, batch, sync, **plan_options)
     plan_path = os.path.join(logdir, "plan.yaml")
     write_plan(result, plan_path)
     return profile, result, profile_path, plan_path, cache
@@ -200,6 +227,8 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
         final = train_planned(cluster, plan_path, job.batch, s, servers, job.emulate, emit,
                               device_info=_device_info(cluster, profile, result), profile_path=profile_path)
         cache.update(check_profile(final, cache))
+    pvm = predicted_vs_measured(result, cluster, s.sync, final)
+    write_predicted_vs_measured(s.logdir, pvm, final["t"])
     summary = {"cluster": job.cluster, "model": s.model, "dataset": s.dataset, "strategy": s.sync.strategy,
                "testbed": testbed, "setup_s": round(time.monotonic() - t_start - final["t"], 1),
                "train_s": final["t"], "accuracy": final["accuracy"], "target_accuracy": s.target_accuracy,
@@ -209,6 +238,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
                "bytes_sent": final["bytes_sent"], "wait_s": final["wait_s"], "devices": final["devices"],
                "group_time": final["group_time"], "idle_devices": list(result.idle), "plan": plan_path,
                "planned": plan_summary(result, spec, cluster),
+               "predicted_vs_measured": pvm,
                "profile": profile_path, "profile_cache": cache, "initial_weights": spec.source if initial_weights(spec) else None,
                "export": final.get("export"),
                "logdir": s.logdir, "tensorboard": "tensorboard --logdir %s" % os.path.join(s.logdir, "tb")}

@@ -281,7 +281,8 @@ class PsLost(Record):
 @dataclasses.dataclass(frozen=True)
 class Final(Record):
     """The job's end. groups: each group's totals (engine.control.STAT_FIELDS); curve: [[t, accuracy]];
-    phase_transitions: [(phase, global step, t)]; devices / group_time: JobReport.end's figures;
+    phase_transitions: [(phase, global step, t)]; phase_totals: {phase: each group's totals when it began};
+    devices / group_time: JobReport.end's figures;
     group_exit_codes / testbed: filled in by the launcher."""
     KIND: ClassVar[str] = "final"
     t: float
@@ -300,6 +301,7 @@ class Final(Record):
     lost_groups: list
     rejected_updates: int
     curve: list
+    phase_totals: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     devices: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     group_time: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     group_exit_codes: Mapping[str, Any] = dataclasses.field(default_factory=dict)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.layers import ModelSpec
@@ -293,7 +293,8 @@ def _finish(profile: Profile, stats, chunks, partition, rate) -> list[Division]:
 def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch: int | None = None,
          chunks: int | None = None, commit_interval: int = 1,
          staleness_penalty: float = STALENESS_PENALTY, calibrate: bool = True,
-         memory_margin: float | None = None, engine: bool = True, memory_fraction: float | None = None) -> Plan:
+         memory_margin: float | None = None, engine: bool = True, memory_fraction: float | None = None,
+         objective: Callable[[Sequence[GroupPrediction], int], float] | None = None) -> Plan:
     """Plans the grid and the filter division of ``spec`` on the devices of ``profile``.
 
     groups: force this many data-parallel groups (default: the best grid found, any number).
@@ -315,6 +316,10 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
       may be predicted to use more than this fraction (0 < f <= 1) of the bytes the whole model's
       step takes on one device (``memory_capped``); the fastest device then holds fewer filters
       than its speed earns, and the alternatives that hold the whole model on a device drop out.
+    objective: the effective examples/s of a candidate's groups (their predictions, each at ``batch``
+      examples per step), which the search maximises; default: ``throughput`` at ``commit_interval``
+      (the module docstring). The engine passes the cost of the job it runs (engine/job_cost.py: its
+      phases' commit intervals and waits).
     Raises PlanError when nothing fits in memory.
     """
     if not profile.devices:
@@ -343,7 +348,10 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     if memory_fraction is not None:
         profile = memory_capped(profile, stats, memory_fraction)
     devices, pb, ps_bw = profile.devices, profile.batch, profile.ps_bandwidth_mbit
-    rate = lambda divs: throughput([d.prediction for d in divs], batch, commit_interval, staleness_penalty)
+    if objective is None:
+        rate = lambda divs: throughput([d.prediction for d in divs], batch, commit_interval, staleness_penalty)
+    else:
+        rate = lambda divs: objective([d.prediction for d in divs], batch)
     screen = max(chunks or 0, SCREEN_CHUNKS)
     best, per_k, error = _search(_Grid(profile, stats, screen, rate), devices, groups)
     options = []  # (kind, rate, divisions)

@@ -107,6 +107,29 @@ def test_summary_is_printed_and_matches_the_event_files(main_run):
         assert summary["devices"]["jetson0"]["compute_gflops"] >= 1.2 * summary["devices"][slowest]["compute_gflops"]
 
 
+def test_the_plans_cost_of_each_phase_stands_beside_what_the_run_measured(main_run):
+    """Per phase and group: the predicted and measured rates and terms of a round (engine/job_cost.py), in
+    summary.json, on the console and in TensorBoard; a gap over 20% names the term that missed."""
+    logdir, stdout, summary = main_run
+    pvm = summary["predicted_vs_measured"]
+    groups = {d["group"] for d in summary["devices"].values()}
+    assert pvm["groups"] == len(groups)
+    assert {(r["phase"], r["group"]) for r in pvm["rows"]} == {(p, g) for p, _, _ in summary["phase_transitions"]
+                                                              for g in groups}
+    for r in pvm["rows"]:
+        p, m = r["predicted"], r["measured"]
+        assert p["examples_per_sec"] > 0 and m["examples_per_sec"] > 0 and m["step_ms"] > 0
+        assert r["ratio"] == pytest.approx(m["examples_per_sec"] / p["examples_per_sec"], rel=0.02)
+        assert (r["missed"] is not None) == (abs(r["ratio"] - 1) > 0.2)
+        if r["missed"]:
+            assert r["missed"]["term"] in ("step", "commit", "wait")
+    assert pvm["flagged"] == sum(r["missed"] is not None for r in pvm["rows"])
+    assert "predicted -> measured per phase and group" in stdout
+    assert stdout.count("GAP > 20%") == pvm["flagged"]
+    table = _events(logdir, "total").Tensors("predicted_vs_measured")[-1].tensor_proto.string_val[0].decode()
+    assert table.count("\n") == len(pvm["rows"]) + 1 and "| ahl |" in table
+
+
 @pytest.mark.browser
 def test_tensorboard_shows_layout_and_throughput_in_headless_chromium(main_run):
     logdir, _, _ = main_run

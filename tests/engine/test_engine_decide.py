@@ -65,7 +65,7 @@ def _runtime_nodes(tree):
 
 
 CORE = ["edgemesh_tf.engine." + m for m in ("decide", "actions", "drive_ashl", "drive_adsp", "liveness", "records",
-                                             "rules", "progress")]
+                                             "rules", "progress", "job_cost")]
 
 
 def test_decide_imports_no_tensorflow():
@@ -154,6 +154,27 @@ def test_ashl_profiling_ahl_then_shl():
     assert _kinds(acts) == ["Evaluated", "ResetCounters", "WriteControls", "WriteGlobal", "Phase"]
     assert acts[-1].new == "shl" and m.phase == "shl" and "training loss 0.4000 <= 0.5000" in acts[-1].why
     assert [p for p, _, _ in m.phases.transitions] == ["profiling", "ahl", "shl"]
+
+
+def test_each_phase_keeps_the_totals_it_began_with_through_a_checkpoint():
+    """What job_cost.measured_phases needs: the groups' totals at each phase's start, in the final record."""
+    m = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
+    m.step(decide.Snapshot(0.0, 0.0, stage="start"))
+    profiled = {"profiled": 1, "profile_iter_ms": 10, "profile_pull_ms": 5, "profile_push_ms": 5}
+    at_ahl = _stats(a={**profiled, "steps": 8, "commits": 1}, b={**profiled, "steps": 8, "commits": 1})
+    m.step(_snap(1.0, at_ahl))
+    at_shl = _stats(a={**profiled, "steps": 40, "commits": 3}, b={**profiled, "steps": 16, "commits": 2})
+    m.step(_snap(2.0, at_shl, evals=[(1.5, 0.5, 0.4)]))
+    assert m.phase == "shl" and set(m.phase_totals) == {"profiling", "ahl", "shl"}
+    assert m.phase_totals["profiling"] == {}  # a new run starts from zero
+    assert m.phase_totals["ahl"]["a"]["steps"] == 8 and m.phase_totals["shl"]["a"]["steps"] == 40
+    m.step(_snap(3.0, _stats(a={**profiled, "steps": 50}, b={**profiled, "steps": 20})))
+    assert m.phase_totals["shl"]["a"]["steps"] == 40  # kept from the phase's start, not overwritten
+    fresh = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
+    fresh.restore(m.state(m._totals(at_shl), 2.0), "ckpt", clock=0.0)
+    assert fresh.phase_totals == m.phase_totals
+    acts = m.step(decide.Snapshot(4.0, 4.0, at_shl, _counters(), evals=[(4.0, 0.6, 0.3)], stage="final"))
+    assert acts[-1].record.phase_totals == m.phase_totals
 
 
 def test_silent_group_lost_then_readmitted():

@@ -1,0 +1,237 @@
+"""The cost of the job the engine runs, per phase and group, predicted from a plan and checked against
+what a run measured. Pure: no TensorFlow.
+
+A group trains in rounds (rules.py): H local iterations, a push to the parameter server, a pull, and
+possibly a wait. The planner predicts each group's step (``GroupPrediction.step_ms``) and its push +
+pull of the whole model (``ps_sync_ms``, half each way). The rounds are the strategy's, decided by the
+same rules the chief applies, on the predicted timings instead of measured ones:
+
+    phase      H (local iterations per commit)        push                      wait
+    profiling  profile_steps                          dense                     none
+    ahl, shl   ASHL's Algorithm 2 (rules.ashl_controls on the predicted timings: the slowest group
+               gets the preset H, faster ones more; SHL's pushes top-k at ratio R: 8 bytes per entry,
+               so 2R of the dense bytes)                                         shl: staleness
+    train      the strategy's (rules.initial_controls; ADSP: as AHL)            bsp, local_sgd: barrier;
+                                                                                 ssp: staleness
+
+    round_g  = H_g * step_g + push_g + pull_g
+    wait_g   = max_h round_h - round_g    when the phase waits (a barrier, or a staleness bound: over a
+                                          long phase no group commits faster than the slowest), else 0
+    rate_g   = batch_g * H_g * 1000 / (round_g + wait_g)               examples/s
+
+One group commits all the same (the engine runs its rounds whatever the number of groups), so a
+plan's rounds are priced for every G. The job's rate is the phases' rates weighted by the share of
+the training time each is expected to take (``PHASE_WEIGHTS``; ASHL's profiling round is one round,
+weight 0) and divided by the planner's staleness charge (``planner.staleness_charge``: G groups
+commit on weights about G - 1 commits old). ``objective`` is that rate as the planner's objective.
+
+``compare`` puts the prediction beside a run's measured figures per phase and group and names the term
+of the round (step, commit or wait) that missed most when the examples/s differ by more than GAP.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping, Sequence
+
+from edgemesh_tf.engine import rules
+from edgemesh_tf.engine.config import SyncConfig
+from edgemesh_tf.planner.cost import GroupPrediction
+from edgemesh_tf.planner.grid import STALENESS_PENALTY, staleness_charge
+from edgemesh_tf.sync import schedule
+
+PHASE_WEIGHTS = {"ashl": {"profiling": 0.0, "ahl": 0.5, "shl": 0.5}}
+"""Share of the training time each phase is expected to take, per strategy (others: "train" only).
+ASHL switches to SHL at a training loss (--shl_loss), which no plan can foresee: half each."""
+GAP = 0.20
+"""A measured rate off the predicted one by more than this fraction is flagged (``compare``)."""
+TERMS = ("step", "commit", "wait")
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseCost:
+    """One group's rounds in one phase (ms, examples/s): H local iterations of step_ms, a push and a
+    pull, a wait; examples_per_sec at batch examples per iteration."""
+
+    step_ms: float
+    local_steps: int
+    push_ms: float
+    pull_ms: float
+    wait_ms: float
+    examples_per_sec: float
+
+    @property
+    def commit_ms(self) -> float:
+        return self.push_ms + self.pull_ms
+
+    def as_dict(self) -> dict:
+        return {"step_ms": round(self.step_ms, 1), "local_steps": self.local_steps,
+                "commit_ms": round(self.commit_ms, 1), "wait_ms": round(self.wait_ms, 1),
+                "examples_per_sec": round(self.examples_per_sec, 1)}
+
+
+def phases_of(sync: SyncConfig) -> tuple[str, ...]:
+    """The phases a job of `sync`'s strategy runs, in order."""
+    return ("profiling", "ahl", "shl") if sync.strategy == "ashl" else ("train",)
+
+
+def phase_weights(sync: SyncConfig) -> dict[str, float]:
+    return dict(PHASE_WEIGHTS.get(sync.strategy, {"train": 1.0}))
+
+
+def predicted_timings(preds: Mapping[str, GroupPrediction]) -> list[schedule.WorkerTiming]:
+    """Each group's predicted timing as ASHL's rules take a measured one: the step, and the push and
+    pull of the whole model (half of ps_sync_ms each)."""
+    return [schedule.WorkerTiming(g, max(1e-3, p.step_ms), p.ps_sync_ms, p.ps_sync_ms / 2, p.ps_sync_ms / 2)
+            for g, p in preds.items()]
+
+
+def _controls(sync: SyncConfig, timings, phase: str, batch: Mapping[str, int]) -> dict[str, rules.GroupControl]:
+    initial = rules.initial_controls(sync, batch)
+    if phase in ("ahl", "shl"):
+        return rules.ashl_controls(sync, timings, phase, initial)
+    if sync.strategy == "adsp":  # ADSP starts from AHL's commit rate (rules.commit_interval)
+        return rules.ashl_controls(sync, timings, "ahl", initial)
+    return initial
+
+
+def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: Mapping[str, int]
+                ) -> dict[str, dict[str, PhaseCost]]:
+    """{phase: {group: PhaseCost}} of the job (the module docstring). preds and batch: per group."""
+    timings = predicted_timings(preds)
+    out = {}
+    for phase in phases_of(sync):
+        controls = _controls(sync, timings, phase, batch)
+        rounds = {}
+        for t in timings:
+            c = controls[t.name]
+            push = t.push_ms * min(1.0, 2.0 * c.ratio)
+            rounds[t.name] = (c.local_steps, push, t.other_ms)
+        waits = rules.round_rule(sync, phase, controls[timings[0].name]).wait != "none"
+        longest = max(h * t.iter_ms + push + pull for t, (h, push, pull) in zip(timings, rounds.values()))
+        costs = {}
+        for t in timings:
+            h, push, pull = rounds[t.name]
+            own = h * t.iter_ms + push + pull
+            wait = longest - own if waits else 0.0
+            costs[t.name] = PhaseCost(t.iter_ms, h, push, pull, wait, batch[t.name] * h * 1000.0 / (own + wait))
+        out[phase] = costs
+    return out
+
+
+def job_examples_per_sec(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: Mapping[str, int],
+                         staleness_penalty: float = STALENESS_PENALTY) -> float:
+    """The job's effective examples/s: the phases' summed group rates, weighted by PHASE_WEIGHTS,
+    over the staleness charge."""
+    weights = phase_weights(sync)
+    costs = phase_costs(sync, preds, batch)
+    total = sum(w * sum(c.examples_per_sec for c in costs[p].values()) for p, w in weights.items())
+    return total / sum(weights.values()) / staleness_charge(len(preds), staleness_penalty)
+
+
+def objective(sync: SyncConfig, staleness_penalty: float = STALENESS_PENALTY
+              ) -> Callable[[Sequence[GroupPrediction], int], float]:
+    """The planner's objective (``planner.plan(objective=...)``): a candidate's groups, each at
+    `batch` examples per iteration, priced as the job that `sync` runs."""
+    def rate(preds: Sequence[GroupPrediction], batch: int) -> float:
+        named = {"g%d" % i: p for i, p in enumerate(preds)}
+        return job_examples_per_sec(sync, named, {g: batch for g in named}, staleness_penalty)
+    return rate
+
+
+def plan_job(profile, spec, batch: int | None, sync: SyncConfig, **options):
+    """``planner.plan`` of `spec` on `profile` for the job `sync` runs: the grid chosen on ``objective``
+    (the plan file records the strategy's commit interval, ``rules.commit_interval``). options:
+    ``planner.plan``'s (groups, memory_fraction, engine, ...)."""
+    from edgemesh_tf.planner import plan
+
+    return plan(profile, spec, batch=batch, commit_interval=rules.commit_interval(sync),
+                objective=objective(sync), **options)
+
+
+def measured_phases(transitions: Sequence[Sequence], phase_totals: Mapping[str, Mapping[str, Mapping[str, float]]],
+                    end_totals: Mapping[str, Mapping[str, float]], end_s: float) -> dict[str, dict[str, dict]]:
+    """{phase: {group: measured}} from a run's phase transitions ([phase, global step, t s]), the
+    groups' cumulative totals at each phase's start and at the end (rules.CUMULATIVE fields).
+    measured: step_ms, local_steps (iterations per commit), commit_ms, wait_ms (per commit),
+    examples_per_sec and seconds; a group with no commit in the phase has None for the per-commit ones."""
+    out = {}
+    for i, (phase, _, t0) in enumerate(transitions):
+        t1 = transitions[i + 1][2] if i + 1 < len(transitions) else end_s
+        start = phase_totals.get(phase)
+        end = phase_totals.get(transitions[i + 1][0]) if i + 1 < len(transitions) else end_totals
+        if start is None or end is None or t1 <= t0:
+            continue
+        groups = {}
+        for g, e in end.items():
+            d = {k: e.get(k, 0.0) - start.get(g, {}).get(k, 0.0)
+                 for k in ("steps", "commits", "examples", "compute_s", "pull_s", "push_s", "wait_s")}
+            per_commit = (lambda x: 1000.0 * x / d["commits"]) if d["commits"] >= 1 else (lambda x: None)
+            groups[g] = {"step_ms": 1000.0 * d["compute_s"] / d["steps"] if d["steps"] else None,
+                         "local_steps": d["steps"] / d["commits"] if d["commits"] >= 1 else None,
+                         "commit_ms": per_commit(d["pull_s"] + d["push_s"]), "wait_ms": per_commit(d["wait_s"]),
+                         "examples_per_sec": d["examples"] / (t1 - t0), "seconds": t1 - t0}
+        out[phase] = groups
+    return out
+
+
+def compare(predicted: Mapping[str, Mapping[str, PhaseCost]], measured: Mapping[str, Mapping[str, dict]],
+            gap: float = GAP) -> list[dict]:
+    """One row per phase and group that both have: predicted and measured figures, the ratio of the
+    measured examples/s to the predicted, and `missed`: None, or when the ratio is off 1 by more than
+    `gap`, the term of the round (step, commit, wait) whose measured ms per commit differs most from
+    the prediction, with that difference. The step term counts the measured local iterations per
+    commit (step_ms off, times H as run): an H that differs from the predicted one follows from the
+    other terms (the chief plans H on measured timings)."""
+    rows = []
+    for phase, groups in measured.items():
+        for g, m in groups.items():
+            p = predicted.get(phase, {}).get(g)
+            if p is None or not p.examples_per_sec or m["examples_per_sec"] is None:
+                continue
+            ratio = m["examples_per_sec"] / p.examples_per_sec
+            missed = None
+            if abs(ratio - 1.0) > gap and m["local_steps"] is not None:
+                diffs = {"step": m["local_steps"] * (m["step_ms"] - p.step_ms),
+                         "commit": m["commit_ms"] - p.commit_ms, "wait": m["wait_ms"] - p.wait_ms}
+                term = max(TERMS, key=lambda k: abs(diffs[k]))
+                missed = {"term": term, "ms_per_commit": round(diffs[term], 1)}
+            elif abs(ratio - 1.0) > gap:
+                missed = {"term": "commit", "ms_per_commit": None}  # no commit in the phase
+            rows.append({"phase": phase, "group": g, "predicted": p.as_dict(),
+                         "measured": {k: None if v is None else round(v, 1) for k, v in m.items()},
+                         "ratio": round(ratio, 3), "missed": missed})
+    return rows
+
+
+def format_rows(rows: Sequence[dict]) -> list[str]:
+    """The console's lines of `compare`'s rows: per phase and group, predicted -> measured."""
+    lines = []
+    for r in rows:
+        p, m = r["predicted"], r["measured"]
+        fmt = lambda v, unit="": "-" if v is None else "%.0f%s" % (v, unit)
+        line = ("  %-9s %-18s examples/s %s -> %s (x%.2f)  H %s -> %s of step %s -> %s ms, commit %s -> %s ms, "
+                "wait %s -> %s ms" % (
+                    r["phase"], r["group"], fmt(p["examples_per_sec"]), fmt(m["examples_per_sec"]), r["ratio"],
+                    fmt(p["local_steps"]), fmt(m["local_steps"]), fmt(p["step_ms"]), fmt(m["step_ms"]),
+                    fmt(p["commit_ms"]), fmt(m["commit_ms"]), fmt(p["wait_ms"]), fmt(m["wait_ms"])))
+        if r["missed"]:
+            line += "  GAP > %d%%: the %s term missed%s" % (
+                round(GAP * 100), r["missed"]["term"], "" if r["missed"]["ms_per_commit"] is None else
+                " by %+.0f ms per commit" % r["missed"]["ms_per_commit"])
+        lines.append(line)
+    return lines
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    """`compare`'s rows as one markdown table (TensorBoard's text tab)."""
+    out = ["| phase | group | examples/s predicted | measured | ratio | H | step ms | commit ms | wait ms | missed |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v: "-" if v is None else "%.0f" % v
+    for r in rows:
+        p, m = r["predicted"], r["measured"]
+        missed = "" if not r["missed"] else "**%s**" % r["missed"]["term"]
+        out.append("| %s | %s | %s | %s | %.2f | %s → %s | %s → %s | %s → %s | %s → %s | %s |" % (
+            r["phase"], r["group"], fmt(p["examples_per_sec"]), fmt(m["examples_per_sec"]), r["ratio"],
+            fmt(p["local_steps"]), fmt(m["local_steps"]), fmt(p["step_ms"]), fmt(m["step_ms"]),
+            fmt(p["commit_ms"]), fmt(m["commit_ms"]), fmt(p["wait_ms"]), fmt(m["wait_ms"]), missed))
+    return "\n".join(out)

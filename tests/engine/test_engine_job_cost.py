@@ -1,0 +1,104 @@
+"""The cost of the job the engine runs (engine/job_cost.py): each phase's rounds priced by the rules the
+chief applies, the planner choosing on it, and the prediction put beside a run's measurements."""
+import pytest
+
+from edgemesh_tf.engine import job_cost, rules
+from edgemesh_tf.engine.config import SyncConfig
+from edgemesh_tf.planner import plan
+from edgemesh_tf.planner.cost import GroupPrediction
+from edgemesh_tf.planner.grid import staleness_charge
+
+BATCH = {"fast": 32, "slow": 32}
+
+
+def _pred(step_ms, ps_sync_ms=300.0):
+    return GroupPrediction(devices=("d",), step_ms=step_ms, compute_ms=(step_ms,), comm_ms=(0.0,), memory_bytes=(1,),
+                           ps_sync_ms=ps_sync_ms, layers=(), separable_ms=step_ms)
+
+
+PREDS = {"fast": _pred(100.0), "slow": _pred(200.0)}
+
+
+def test_ashl_phases_take_the_chiefs_rules_on_the_predicted_timings():
+    sync = SyncConfig(strategy="ashl")
+    costs = job_cost.phase_costs(sync, PREDS, BATCH)
+    assert list(costs) == ["profiling", "ahl", "shl"]
+    planned = rules.ashl_controls(sync, job_cost.predicted_timings(PREDS), "ahl", rules.initial_controls(sync, BATCH))
+    assert {g: c.local_steps for g, c in costs["ahl"].items()} == {g: c.local_steps for g, c in planned.items()}
+    assert costs["ahl"]["slow"].local_steps == sync.ahl_h_preset < costs["ahl"]["fast"].local_steps
+    assert all(c.wait_ms == 0 and c.push_ms == 150.0 for c in costs["ahl"].values())  # AHL: dense, never waits
+    assert costs["shl"]["slow"].local_steps == sync.shl_h_preset
+    assert all(c.push_ms < 150.0 for c in costs["shl"].values())  # SHL: top-k pushes
+    slow = costs["ahl"]["slow"]
+    assert slow.examples_per_sec == pytest.approx(32 * 8 * 1000 / (8 * 200 + 300))
+
+
+def test_a_barrier_holds_every_group_to_the_slowest_round_and_asp_holds_none():
+    bsp = job_cost.phase_costs(SyncConfig(strategy="bsp"), PREDS, BATCH)["train"]
+    assert bsp["fast"].wait_ms == pytest.approx(100.0) and bsp["slow"].wait_ms == 0
+    assert bsp["fast"].examples_per_sec == pytest.approx(bsp["slow"].examples_per_sec)
+    asp = job_cost.phase_costs(SyncConfig(strategy="asp"), PREDS, BATCH)["train"]
+    assert all(c.wait_ms == 0 for c in asp.values()) and asp["fast"].examples_per_sec > asp["slow"].examples_per_sec
+    local = job_cost.phase_costs(SyncConfig(strategy="local_sgd", local_steps=4), PREDS, BATCH)["train"]
+    assert local["fast"].local_steps == 4 and local["fast"].wait_ms == pytest.approx(4 * 100.0)
+
+
+def test_one_group_pays_the_commits_the_engine_runs():
+    sync = SyncConfig(strategy="ashl")
+    one = job_cost.job_examples_per_sec(sync, {"g": _pred(100.0)}, {"g": 32})
+    ahl = 32 * 8 * 1000 / (8 * 100 + 300)
+    shl = job_cost.phase_costs(sync, {"g": _pred(100.0)}, {"g": 32})["shl"]["g"].examples_per_sec
+    assert one == pytest.approx((ahl + shl) / 2) and one < 32 * 1000 / 100.0
+
+
+def test_the_job_rate_weights_phases_and_charges_staleness():
+    sync = SyncConfig(strategy="asp")
+    costs = job_cost.phase_costs(sync, PREDS, BATCH)["train"]
+    assert job_cost.job_examples_per_sec(sync, PREDS, BATCH, staleness_penalty=0.1) == pytest.approx(
+        sum(c.examples_per_sec for c in costs.values()) / staleness_charge(2, 0.1))
+
+
+def test_the_planner_maximises_the_objective_it_is_given():
+    from specs import sequential
+
+    from edgemesh_tf.planner import model_stats
+    from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
+
+    spec = sequential("two", (8, 8, 1), 4, [("conv", "conv1", 16, True), ("dense", "fc1", 64)])
+    stats = model_stats(spec, 8)
+    devs = tuple(DeviceProfile("d%d" % i, "/job:worker/task:%d/device:CPU:0" % i,
+                               tuple(LayerTiming(d.name, ms) for d in stats.dims), 1 << 30, 100.0, 1.0, 1.0)
+                 for i, ms in enumerate((5.0, 9.0, 20.0)))
+    prof = Profile(spec.name, 8, spec.image_shape, spec.num_classes, devs)
+    objective = job_cost.objective(SyncConfig(strategy="ashl"))
+    got = plan(prof, spec, objective=objective)
+    assert got.examples_per_sec == pytest.approx(objective([g.prediction for g in got.groups], 8))
+    for kind, rate in got.alternatives:
+        assert got.examples_per_sec >= rate - 1e-9, kind
+    for k, rate in got.candidates:
+        assert got.examples_per_sec >= rate - 1e-9, k
+
+
+def test_measured_phases_and_the_gap_named_by_its_term():
+    transitions = [["profiling", 0, 0.0], ["ahl", 16, 2.0], ["shl", 96, 12.0]]
+    totals = lambda steps, commits, examples, compute, pull, push, wait: {
+        "steps": steps, "commits": commits, "examples": examples, "compute_s": compute, "pull_s": pull,
+        "push_s": push, "wait_s": wait}
+    phase_totals = {"profiling": {}, "ahl": {"g": totals(8, 1, 256, 0.8, 0.15, 0.15, 0.0)},
+                    "shl": {"g": totals(88, 11, 2816, 8.8, 1.0, 1.2, 0.0)}}
+    end = {"g": totals(108, 21, 3456, 10.8, 3.0, 3.2, 0.5)}
+    measured = job_cost.measured_phases(transitions, phase_totals, end, 15.0)
+    ahl = measured["ahl"]["g"]
+    assert ahl["step_ms"] == pytest.approx(100.0) and ahl["local_steps"] == 8
+    assert ahl["commit_ms"] == pytest.approx(190.0) and ahl["examples_per_sec"] == pytest.approx(256.0)
+    assert measured["shl"]["g"]["wait_ms"] == pytest.approx(50.0)
+    sync = SyncConfig(strategy="ashl")
+    predicted = job_cost.phase_costs(sync, {"g": _pred(100.0, 300.0)}, {"g": 32})
+    rows = {r["phase"]: r for r in job_cost.compare(predicted, measured)}
+    assert rows["ahl"]["missed"] is None  # 256 measured, 232.7 predicted: within 20%
+    assert rows["ahl"]["ratio"] == pytest.approx(256.0 / predicted["ahl"]["g"].examples_per_sec, abs=1e-3)
+    slow_commits = job_cost.compare(predicted, {"ahl": {"g": dict(ahl, commit_ms=1500.0, examples_per_sec=120.0)}})
+    assert slow_commits[0]["missed"] == {"term": "commit", "ms_per_commit": pytest.approx(1200.0)}
+    slow_steps = job_cost.compare(predicted, {"ahl": {"g": dict(ahl, step_ms=190.0, examples_per_sec=140.0)}})
+    assert slow_steps[0]["missed"]["term"] == "step"
+    assert "GAP > 20%: the commit term missed by +1200 ms per commit" in job_cost.format_rows(slow_commits)[0]
