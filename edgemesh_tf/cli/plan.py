@@ -1,7 +1,7 @@
 """`edgemesh plan`: the grid and filter division of a model on a profiled cluster, as a layout file.
 
     edgemesh plan --profile profiles/edge4.json --model vgg --out layouts/edge4_plan.yaml [--groups K] [--batch B]
-        [--noengine] [--memory_fraction F]
+        [--noengine] [--memory_fraction F] [--sync ashl]
 
 Prints a table of layers x devices (filters per device, predicted ms) and writes the layout YAML
 (one group: a plain layout for `edgemesh train --layout`; several: a `groups:` list).
@@ -23,8 +23,12 @@ flags.DEFINE_bool("engine", True, "Plan for the engine's replicas (`edgemesh run
                   "as a single layout without a ps (`edgemesh train --layout`), which needs less memory.")
 flags.DEFINE_float("memory_fraction", None, "Named option, off by default (the plan minimises time): no device may "
                    "be predicted above this fraction (0 < F <= 1) of the whole model's step on one device.")
-flags.DEFINE_integer("commit_interval", 1, "Local steps per parameter-server commit (sync cost is divided by it).",
-                     lower_bound=1)
+flags.DEFINE_integer("commit_interval", 1, "Local steps per parameter-server commit (sync cost is divided by it); "
+                     "only without --sync.", lower_bound=1)
+flags.DEFINE_enum("sync", None, ["bsp", "asp", "ssp", "local_sgd", "adsp", "ashl"],
+                  "Price the plan as the job this strategy runs with its default options (each phase's local "
+                  "iterations, commits and waits: the planner's objective in `edgemesh run`); default: one "
+                  "commit every --commit_interval steps.")
 
 
 def main(argv):
@@ -46,9 +50,17 @@ def main(argv):
         spec = load_model(FLAGS.model or profile.model, tuple(profile.image_shape), profile.num_classes)
         if spec.name != profile.model:
             raise ValueError("%s: profile was measured for model %r, not %r" % (FLAGS.profile, profile.model, spec.name))
-        result = plan(profile, spec, groups=FLAGS.groups, batch=FLAGS.batch, chunks=FLAGS.chunks,
-                      commit_interval=FLAGS.commit_interval, engine=FLAGS.engine,
-                      memory_fraction=FLAGS.memory_fraction)
+        options = dict(groups=FLAGS.groups, chunks=FLAGS.chunks, engine=FLAGS.engine,
+                       memory_fraction=FLAGS.memory_fraction)
+        if FLAGS.sync:
+            if FLAGS["commit_interval"].present:
+                raise ValueError("--commit_interval and --sync: the strategy sets the commits; pass one of them")
+            from edgemesh_tf.engine import job_cost
+            from edgemesh_tf.engine.config import SyncConfig
+
+            result = job_cost.plan_job(profile, spec, FLAGS.batch, SyncConfig(strategy=FLAGS.sync), **options)
+        else:
+            result = plan(profile, spec, batch=FLAGS.batch, commit_interval=FLAGS.commit_interval, **options)
         print(format_table(result))
         if FLAGS.out:
             write_plan(result, FLAGS.out)

@@ -207,6 +207,11 @@ class SyncConfig:
                            "this fraction (0.5: 1.5x slower or faster) for --drift_evals evaluations in a row.",
                            check=positive(), flag_min=0.01)
     drift_evals: int = setting(3, "ASHL: evaluation intervals in a row a --drift must last.", check=int_at_least(1))
+    solo_commit_s: float = setting(4.0, "A job of one data-parallel group (nothing between groups to coordinate): "
+                                   "seconds of training between its dense pushes of the model to the parameter "
+                                   "server, which the chief evaluates and checkpoints; it pulls nothing back and "
+                                   "runs one phase whatever --sync is. 0: one group runs the strategy's rounds, "
+                                   "phases and compression as several groups do.", check=non_negative(" s"))
 
     def __post_init__(self):
         if self.compression is None and self.strategy in STRATEGIES:

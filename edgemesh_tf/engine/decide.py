@@ -57,7 +57,8 @@ class Decisions:
         self.cfg, self.sync, self.liveness = cfg, cfg.sync, Liveness(cfg)
         self.dense_push_bytes = dense_push_bytes
         self.batch = {g.name: g.batch_size for g in cfg.groups}
-        self.phases = schedule.PhaseController(self.sync.shl_loss, initial=rules.first_phase(self.sync))
+        self.phases = schedule.PhaseController(self.sync.shl_loss,
+                                               initial=rules.first_phase(self.sync, len(cfg.groups)))
         self.controls = rules.initial_controls(self.sync, self.batch)
         self.offsets = {g: {} for g in cfg.group_names}  # totals of earlier processes and runs
         self._incarnation: dict[str, tuple[float, dict]] = {}  # group -> (its process's start, its last stats)
@@ -71,7 +72,7 @@ class Decisions:
         self._last_eval: tuple[float, Totals] = (0.0, {})  # for rates
         self._throughput = progress.Throughput()  # windowed rates (a resumed run starts it again)
         self.phase_totals: dict[str, Totals] = {}  # each phase's groups' totals when it began (job_cost.py)
-        driver = DRIVERS.get(self.sync.strategy)
+        driver = DRIVERS.get(self.sync.strategy) if not rules.solo(cfg.sync, len(cfg.groups)) else None
         self.driver = driver(self) if driver else None  # the strategy's own decisions (drive_*.py)
 
     @property

@@ -3,6 +3,8 @@ server and the control board.
 
     pull      global model (ps) -> the replica's whole (master) variables and the anchors
     push      delta = master - anchor (+ residual) -> the ps, dense or top-k (`ratio` < 1)
+    rebase    anchor := master, on each master's device: after a push that left the ps holding
+              the replica's model (a job of one group, rules.py), in place of a pull
 The replica trains on its slices; `copy_masters_to_slices` / `copy_slices_to_masters` move whole
 tensors between masters and slices around a round (momentum buffers stay the group's own). Bytes: a pull moves
 `ps.pull_bytes`; a dense push `ps.dense_push_bytes`; a top-k push 12 bytes per entry (float32
@@ -31,6 +33,7 @@ class ReplicaGraph:
     board: ControlBoard
     masters: dict
     pull: tf.Operation
+    rebase: tf.Operation
     ratio: tf.Tensor
     scale: tf.Tensor
     push_dense: dict
@@ -67,6 +70,11 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
             pulled = ps.pull(device=on, group=group)
             pull = tf.group(*[masters[n].assign(pulled[n], read_value=False) for n in masters],
                             *[anchors[n].assign(pulled[n], read_value=False) for n in masters], name="pull")
+            rebased = []
+            for n in masters:
+                with tf.device(on[n]):
+                    rebased.append(anchors[n].assign(masters[n].read_value(), read_value=False))
+            rebase = tf.group(*rebased, name="rebase")
         with tf.container(container), tf.device(layout.devices[0]):
             ratio = tf.placeholder(tf.float32, [], name="ratio")
             scale = tf.placeholder(tf.float32, [], name="scale")
@@ -82,7 +90,8 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
                 push_dense = _dense(ps, masters, deltas, comps, scale, group, error_feedback)
                 push_sparse = _sparse(ps, deltas, comps, ratio, scale, group, error_feedback)
         local_init = tf.variables_initializer(local)
-    return ReplicaGraph(train=g, ps=ps, board=board, masters=masters, pull=pull, ratio=ratio, scale=scale,
+    return ReplicaGraph(train=g, ps=ps, board=board, masters=masters, pull=pull, rebase=rebase, ratio=ratio,
+                        scale=scale,
                         push_dense=push_dense, push_sparse=push_sparse, local_init=local_init, counters=counters)
 
 

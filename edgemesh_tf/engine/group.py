@@ -35,6 +35,7 @@ from edgemesh_tf.models import load_model
 
 POLL_S = 0.005
 HEARTBEAT_SHARE = 0.3  # within a round, a report at least every this share of the job's lost_after_s
+SOLO_STOP_CHECK_S = 1.0  # a group alone reads the stop flag this often (s) inside its long timer rounds
 PROFILE_ROUNDS = 1
 
 
@@ -117,6 +118,8 @@ class GroupRunner:
         self._reported = time.monotonic()  # when a report (or heartbeat) last reached the board
         self._last_loss, self._last_round_s = float("nan"), 0.0
         self._done = False  # made its max_rounds: every later report says so
+        self.solo = rules.solo(cfg.sync, len(cfg.groups))
+        self._synced = False  # a group alone: the ps holds its model (its last push was accepted), no pull needed
         os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
         self.log = open(os.path.join(cfg.logdir, "groups", self.name + ".jsonl"), "a")
 
@@ -182,7 +185,12 @@ class GroupRunner:
         A timer round (ADSP) ends once its iterations took timer_s: compute only, as ADSP counts it."""
         g = self.g.train
         losses, times = [], []
+        checked = time.monotonic()
         while True:
+            if self.solo and time.monotonic() - checked > SOLO_STOP_CHECK_S:  # the stop ends a long round early
+                checked = time.monotonic()
+                if times and self.g.board.stopped(self._read(sess)):
+                    break
             if time.monotonic() - self._reported > HEARTBEAT_SHARE * self.cfg.lost_after_s:
                 # a long round (many iterations) must not look like silence to the chief's liveness;
                 # the heartbeat is not counted in the iteration's time
@@ -261,6 +269,8 @@ class GroupRunner:
         # sending half the model (at 0.5 it took ~5 s of set-up on a 10 Mbit/s link)
         for push, ratio in ((g.push_dense, 1.0), (g.push_sparse, 0.001)):
             self._run_again_if_lost(sess, push, {g.ratio: ratio, g.scale: 0.0})
+        if self.solo:  # a group alone rebases its anchors after each push instead of pulling
+            self._run_again_if_lost(sess, g.rebase)
         self._run_again_if_lost(sess, [g.train.init_op, g.local_init])  # momentum and error feedback start empty
         self._last_round_s = time.monotonic() - t0
 
@@ -271,7 +281,7 @@ class GroupRunner:
         board = self.g.board
         phase = board.phase_of(vals)
         controls = board.controls_of(vals)
-        rule = rules.round_rule(self.cfg.sync, phase, controls[self.name])
+        rule = rules.round_rule(self.cfg.sync, phase, controls[self.name], len(self.cfg.groups))
         if phase != self._phase:  # the learning-rate schedule restarts with each phase
             self._phase, self._phase_commits = phase, 0
         lr = rules.learning_rate(self.cfg.sync, self.cfg.learning_rate, phase, self._phase_commits)
@@ -286,8 +296,10 @@ class GroupRunner:
                 return
         seen = self._commits(vals)
         t0 = time.monotonic()
-        self._run(sess, self.g.pull)
-        self._run(sess, self.g.train.copy_masters_to_slices)
+        pulled = not (self.solo and self._synced)
+        if pulled:
+            self._run(sess, self.g.pull)
+            self._run(sess, self.g.train.copy_masters_to_slices)
         pull_s = time.monotonic() - t0
         n, losses, step_s = self._train_steps(sess, rule, self._batches(controls), lr)
         if rule.wait == "barrier":  # BSP: nobody pushes round r+1 before every live group has pulled it
@@ -301,6 +313,9 @@ class GroupRunner:
         self._run(sess, self.g.train.copy_slices_to_masters)
         push = self.g.push_dense if rule.ratio >= 1.0 else self.g.push_sparse
         out = self._run(sess, push, {self.g.ratio: min(1.0, rule.ratio), self.g.scale: rule.scale})
+        self._synced = self.solo and bool(out["accepted"]) and rule.ratio >= 1.0 and rule.scale == 1.0
+        if self._synced:  # the ps now holds the model: the next delta starts from it, without a pull
+            self._run(sess, self.g.rebase)
         push_s = time.monotonic() - t1
         own_after = own + int(bool(out["accepted"]))
         self._phase_commits += 1
@@ -317,7 +332,7 @@ class GroupRunner:
         t["push_s"] += push_s
         t["wait_s"] += waited
         t["bytes_sent"] += int(out["bytes"])
-        t["bytes_received"] += self.g.ps.pull_bytes
+        t["bytes_received"] += self.g.ps.pull_bytes if pulled else 0
         if phase == "profiling" and not self.profile:
             self._profile_update(step_s, pull_s, push_s)
         self._round += 1

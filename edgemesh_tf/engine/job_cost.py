@@ -19,8 +19,8 @@ same rules the chief applies, on the predicted timings instead of measured ones:
                                           long phase no group commits faster than the slowest), else 0
     rate_g   = batch_g * H_g * 1000 / (round_g + wait_g)               examples/s
 
-One group commits all the same (the engine runs its rounds whatever the number of groups), so a
-plan's rounds are priced for every G. The job's rate is the phases' rates weighted by the share of
+One group alone ("solo", rules.py) runs one phase of rounds of solo_commit_s of training and a dense
+push, with no pull and no wait: H = solo_commit_s / step. The job's rate is the phases' rates weighted by the share of
 the training time each is expected to take (``PHASE_WEIGHTS``; ASHL's profiling round is one round,
 weight 0) and divided by the planner's staleness charge (``planner.staleness_charge``: G groups
 commit on weights about G - 1 commits old). ``objective`` is that rate as the planner's objective.
@@ -69,12 +69,14 @@ class PhaseCost:
                 "examples_per_sec": round(self.examples_per_sec, 1)}
 
 
-def phases_of(sync: SyncConfig) -> tuple[str, ...]:
-    """The phases a job of `sync`'s strategy runs, in order."""
-    return ("profiling", "ahl", "shl") if sync.strategy == "ashl" else ("train",)
+def phases_of(sync: SyncConfig, groups: int = 2) -> tuple[str, ...]:
+    """The phases a job of `sync`'s strategy with `groups` groups runs, in order."""
+    return ("profiling", "ahl", "shl") if rules.first_phase(sync, groups) == "profiling" else ("train",)
 
 
-def phase_weights(sync: SyncConfig) -> dict[str, float]:
+def phase_weights(sync: SyncConfig, groups: int = 2) -> dict[str, float]:
+    if rules.solo(sync, groups):
+        return {"train": 1.0}
     return dict(PHASE_WEIGHTS.get(sync.strategy, {"train": 1.0}))
 
 
@@ -98,15 +100,20 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
                 ) -> dict[str, dict[str, PhaseCost]]:
     """{phase: {group: PhaseCost}} of the job (the module docstring). preds and batch: per group."""
     timings = predicted_timings(preds)
+    if rules.solo(sync, len(timings)):
+        t, = timings
+        h = max(1, round(sync.solo_commit_s * 1000.0 / t.iter_ms))
+        return {"train": {t.name: PhaseCost(t.iter_ms, h, t.push_ms, 0.0, 0.0,
+                                            batch[t.name] * h * 1000.0 / (h * t.iter_ms + t.push_ms))}}
     out = {}
-    for phase in phases_of(sync):
+    for phase in phases_of(sync, len(timings)):
         controls = _controls(sync, timings, phase, batch)
         rounds = {}
         for t in timings:
             c = controls[t.name]
             push = t.push_ms * min(1.0, 2.0 * c.ratio)
             rounds[t.name] = (c.local_steps, push, t.other_ms)
-        waits = rules.round_rule(sync, phase, controls[timings[0].name]).wait != "none"
+        waits = rules.round_rule(sync, phase, controls[timings[0].name], len(timings)).wait != "none"
         longest = max(h * t.iter_ms + push + pull for t, (h, push, pull) in zip(timings, rounds.values()))
         costs = {}
         for t in timings:
@@ -122,7 +129,7 @@ def job_examples_per_sec(sync: SyncConfig, preds: Mapping[str, GroupPrediction],
                          staleness_penalty: float = STALENESS_PENALTY) -> float:
     """The job's effective examples/s: the phases' summed group rates, weighted by PHASE_WEIGHTS,
     over the staleness charge."""
-    weights = phase_weights(sync)
+    weights = phase_weights(sync, len(preds))
     costs = phase_costs(sync, preds, batch)
     total = sum(w * sum(c.examples_per_sec for c in costs[p].values()) for p, w in weights.items())
     return total / sum(weights.values()) / staleness_charge(len(preds), staleness_penalty)
@@ -135,6 +142,9 @@ def objective(sync: SyncConfig, staleness_penalty: float = STALENESS_PENALTY
     def rate(preds: Sequence[GroupPrediction], batch: int) -> float:
         named = {"g%d" % i: p for i, p in enumerate(preds)}
         return job_examples_per_sec(sync, named, {g: batch for g in named}, staleness_penalty)
+    rate.describes = ("the job %s runs: each phase's rounds (%s; one group alone: rounds of %.0f s and a push)"
+                      % (sync.strategy, ", ".join("%s %.0f%%" % (p, 100 * w) for p, w in phase_weights(sync).items()
+                                                  if w), sync.solo_commit_s))
     return rate
 
 
@@ -153,7 +163,8 @@ def measured_phases(transitions: Sequence[Sequence], phase_totals: Mapping[str, 
     """{phase: {group: measured}} from a run's phase transitions ([phase, global step, t s]), the
     groups' cumulative totals at each phase's start and at the end (rules.CUMULATIVE fields).
     measured: step_ms, local_steps (iterations per commit), commit_ms, wait_ms (per commit),
-    examples_per_sec and seconds; a group with no commit in the phase has None for the per-commit ones."""
+    examples_per_sec and seconds. A group's rounds count when they commit, so a group with no commit in
+    a phase (a phase shorter than its round) has nothing measured there and no entry."""
     out = {}
     for i, (phase, _, t0) in enumerate(transitions):
         t1 = transitions[i + 1][2] if i + 1 < len(transitions) else end_s
@@ -165,9 +176,10 @@ def measured_phases(transitions: Sequence[Sequence], phase_totals: Mapping[str, 
         for g, e in end.items():
             d = {k: e.get(k, 0.0) - start.get(g, {}).get(k, 0.0)
                  for k in ("steps", "commits", "examples", "compute_s", "pull_s", "push_s", "wait_s")}
-            per_commit = (lambda x: 1000.0 * x / d["commits"]) if d["commits"] >= 1 else (lambda x: None)
-            groups[g] = {"step_ms": 1000.0 * d["compute_s"] / d["steps"] if d["steps"] else None,
-                         "local_steps": d["steps"] / d["commits"] if d["commits"] >= 1 else None,
+            if d["commits"] < 1 or d["steps"] < 1:
+                continue
+            per_commit = lambda x: 1000.0 * x / d["commits"]  # noqa: E731
+            groups[g] = {"step_ms": 1000.0 * d["compute_s"] / d["steps"], "local_steps": d["steps"] / d["commits"],
                          "commit_ms": per_commit(d["pull_s"] + d["push_s"]), "wait_ms": per_commit(d["wait_s"]),
                          "examples_per_sec": d["examples"] / (t1 - t0), "seconds": t1 - t0}
         out[phase] = groups
@@ -186,20 +198,17 @@ def compare(predicted: Mapping[str, Mapping[str, PhaseCost]], measured: Mapping[
     for phase, groups in measured.items():
         for g, m in groups.items():
             p = predicted.get(phase, {}).get(g)
-            if p is None or not p.examples_per_sec or m["examples_per_sec"] is None:
+            if p is None or not p.examples_per_sec:
                 continue
-            ratio = m["examples_per_sec"] / p.examples_per_sec
+            ratio = round(m["examples_per_sec"] / p.examples_per_sec, 3)
             missed = None
-            if abs(ratio - 1.0) > gap and m["local_steps"] is not None:
+            if abs(ratio - 1.0) > gap:
                 diffs = {"step": m["local_steps"] * (m["step_ms"] - p.step_ms),
                          "commit": m["commit_ms"] - p.commit_ms, "wait": m["wait_ms"] - p.wait_ms}
                 term = max(TERMS, key=lambda k: abs(diffs[k]))
                 missed = {"term": term, "ms_per_commit": round(diffs[term], 1)}
-            elif abs(ratio - 1.0) > gap:
-                missed = {"term": "commit", "ms_per_commit": None}  # no commit in the phase
             rows.append({"phase": phase, "group": g, "predicted": p.as_dict(),
-                         "measured": {k: None if v is None else round(v, 1) for k, v in m.items()},
-                         "ratio": round(ratio, 3), "missed": missed})
+                         "measured": {k: round(v, 1) for k, v in m.items()}, "ratio": ratio, "missed": missed})
     return rows
 
 
@@ -215,9 +224,8 @@ def format_rows(rows: Sequence[dict]) -> list[str]:
                     fmt(p["local_steps"]), fmt(m["local_steps"]), fmt(p["step_ms"]), fmt(m["step_ms"]),
                     fmt(p["commit_ms"]), fmt(m["commit_ms"]), fmt(p["wait_ms"]), fmt(m["wait_ms"])))
         if r["missed"]:
-            line += "  GAP > %d%%: the %s term missed%s" % (
-                round(GAP * 100), r["missed"]["term"], "" if r["missed"]["ms_per_commit"] is None else
-                " by %+.0f ms per commit" % r["missed"]["ms_per_commit"])
+            line += "  GAP > %d%%: the %s term missed by %+.0f ms per commit" % (
+                round(GAP * 100), r["missed"]["term"], r["missed"]["ms_per_commit"])
         lines.append(line)
     return lines
 

@@ -14,6 +14,11 @@ phase into a `RoundRule` at the start of every round. No TensorFlow here.
     ashl       profiling: profile_steps,    SHL: while > s commits ahead     D_i = H_i / sum H
                AHL: H_i^AHL,
                SHL: H_i^SHL
+
+A job of one group ("solo", whatever the strategy, unless solo_commit_s is 0) has nothing to coordinate: one phase ("train"),
+rounds of solo_commit_s of training, a dense push of scale 1 and no wait. The ps then holds exactly
+the group's model, so the group pulls only in its first round (and after a rejected push): after
+each push its anchors take the pushed values (``ReplicaGraph.rebase``) instead of a pull.
 """
 from __future__ import annotations
 
@@ -93,8 +98,14 @@ class RoundRule:
     scale: float
 
 
-def first_phase(sync: SyncConfig) -> str:
-    return "profiling" if sync.strategy == "ashl" else "train"
+def solo(sync: SyncConfig, groups: int) -> bool:
+    """Whether a job of `groups` data-parallel groups runs as one group alone (see the module docstring;
+    sync.solo_commit_s 0 turns it off)."""
+    return groups == 1 and sync.solo_commit_s > 0
+
+
+def first_phase(sync: SyncConfig, groups: int = 2) -> str:
+    return "profiling" if sync.strategy == "ashl" and not solo(sync, groups) else "train"
 
 
 def batch_shares(batch_sizes: Mapping[str, int]) -> dict[str, float]:
@@ -106,6 +117,9 @@ def initial_controls(sync: SyncConfig, batch_sizes: Mapping[str, int]) -> dict[s
     """Controls before any measurement: ASHL profiles with `profile_steps` iterations per dense commit;
     ADSP commits on a timer of period / adsp_commits until its first measured period."""
     shares = batch_shares(batch_sizes)
+    if solo(sync, len(batch_sizes)):
+        return {g: GroupControl(local_steps=0, ratio=1.0, scale=1.0, timer_s=sync.solo_commit_s, share=1.0)
+                for g in batch_sizes}
     ratio = sync.ratio if sync.compression == "fixed" else 1.0
     steps = {"local_sgd": sync.local_steps, "adsp": 0, "ashl": sync.profile_steps}.get(sync.strategy, 1)
     timer = sync.adsp_period_s / sync.adsp_commits if sync.strategy == "adsp" else 0.0
@@ -157,12 +171,14 @@ def commit_interval(sync: SyncConfig) -> int:
     return {"ashl": sync.ahl_h_preset, "adsp": sync.ahl_h_preset, "local_sgd": sync.local_steps}.get(sync.strategy, 1)
 
 
-def round_rule(sync: SyncConfig, phase: str, control: GroupControl) -> RoundRule:
-    """The rule a group follows for its next round."""
+def round_rule(sync: SyncConfig, phase: str, control: GroupControl, groups: int = 2) -> RoundRule:
+    """The rule a group of a job of `groups` groups follows for its next round."""
     if phase not in PHASES:
         raise ValueError("unknown phase %r; expected one of %s" % (phase, PHASES))
     wait, bound = "none", 0
-    if sync.strategy in ("bsp", "local_sgd"):
+    if solo(sync, groups):
+        pass
+    elif sync.strategy in ("bsp", "local_sgd"):
         wait = "barrier"
     elif sync.strategy == "ssp" or (sync.strategy == "ashl" and phase == "shl"):
         wait, bound = "staleness", sync.staleness

@@ -84,6 +84,8 @@ class Plan:
     idle: devices of the profile that no group uses.
     engine: planned for the engine's replicas (True) or for one plain layout without a ps (False;
       ``plan(engine=False)``).
+    priced_as: what the objective priced ("": one commit every commit_interval steps; else the
+      objective's own ``describes``, e.g. the phases of a strategy's job).
     """
 
     model: str
@@ -96,6 +98,7 @@ class Plan:
     idle: tuple[str, ...] = ()
     staleness_penalty: float = STALENESS_PENALTY
     engine: bool = True
+    priced_as: str = ""
 
 
 def capability_groups(devices: Sequence[DeviceProfile], k: int) -> list[list[DeviceProfile]]:
@@ -376,4 +379,5 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     gp = tuple(GroupPlan(d.names, d.layout().validate(dims), d.prediction, batch) for d in divs)
     used = {n for d in divs for n in d.names}
     return Plan(spec.name, gp, value, commit_interval, tuple(sorted(per_k.items())), kind, recorded,
-                tuple(d.name for d in devices if d.name not in used), staleness_penalty, engine)
+                tuple(d.name for d in devices if d.name not in used), staleness_penalty, engine,
+                getattr(objective, "describes", "") if objective is not None else "")

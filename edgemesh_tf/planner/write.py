@@ -45,8 +45,9 @@ def _group_dict(g: GroupPlan) -> dict:
 def _header(plan: Plan) -> str:
     lines = ["Written by `edgemesh plan` for model %s: %d data-parallel group(s) (%s), predicted %.1f effective "
              "examples/s" % (plan.model, len(plan.groups), plan.kind, plan.examples_per_sec),
-             "(commit to the parameter server every %d step(s)). The `predicted:` blocks are the cost model's"
-             % plan.commit_interval,
+             "(%s). The `predicted:` blocks are the cost model's" % (
+                 "priced as " + plan.priced_as if plan.priced_as else
+                 "commit to the parameter server every %d step(s)" % plan.commit_interval),
              "estimates (ms per step, bytes per device); the trainer ignores them."]
     if not plan.engine:
         lines.append("Planned for one plain layout without a parameter server (`edgemesh train --layout`): the engine's "

@@ -22,15 +22,37 @@ def _run(*args):
                           timeout=300, cwd=ROOT)
 
 
-def test_plan_then_train(tmp_path):
+def _profile(tmp_path, slowdowns=(1.0, 3.0)):
+    """A profile of local devices, each `slowdown` times slower than the first, on fast links: (its path,
+    the Profile, the model)."""
     spec = get_model("vgg", (8, 8, 1), 10)
     devices = []
-    for i, slowdown in enumerate((1.0, 3.0)):
+    for i, slowdown in enumerate(slowdowns):
         layers = tuple(LayerTiming(s.name, 40.0 * slowdown * s.units / 64) for s in layer_shapes(spec, 32))
         devices.append(DeviceProfile("dev%d" % i, "/job:localhost/replica:0/task:0/device:CPU:%d" % i, layers,
                                      1 << 30, bandwidth_mbit=10000.0, latency_ms=0.05, step_overhead_ms=0.1))
-    profile = tmp_path / "profile.json"
-    save_profile(Profile("vgg", 32, spec.image_shape, 10, tuple(devices)), str(profile))
+    profile = Profile("vgg", 32, spec.image_shape, 10, tuple(devices))
+    save_profile(profile, str(tmp_path / "profile.json"))
+    return tmp_path / "profile.json", profile, spec
+
+
+def test_plan_with_sync_prices_the_job_that_strategy_runs(tmp_path):
+    """`edgemesh plan --sync S` plans as `edgemesh run --sync S` and `api.plan(strategy=S)` do
+    (engine/job_cost.py's objective); with --commit_interval as well it says they conflict."""
+    import edgemesh_tf as em
+
+    path, profile, spec = _profile(tmp_path, (1.0, 1.5, 4.0))
+    out = _run("plan", "--profile", str(path), "--sync", "bsp", "--out", str(tmp_path / "plan.yaml"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = em.plan(profile, spec, strategy="bsp")
+    head = (tmp_path / "plan.yaml").read_text().splitlines()[0]
+    assert "predicted %.1f effective examples/s" % expected.examples_per_sec in head, (head, expected)
+    both = _run("plan", "--profile", str(path), "--sync", "bsp", "--commit_interval", "4")
+    assert both.returncode != 0 and "--commit_interval and --sync" in both.stderr
+
+
+def test_plan_then_train(tmp_path):
+    profile, _, _ = _profile(tmp_path)
     plan = tmp_path / "plan.yaml"
     out = _run("plan", "--profile", str(profile), "--model", "vgg", "--groups", "1", "--out", str(plan))
     assert out.returncode == 0, out.stderr[-2000:]

@@ -114,8 +114,10 @@ def test_the_plans_cost_of_each_phase_stands_beside_what_the_run_measured(main_r
     pvm = summary["predicted_vs_measured"]
     groups = {d["group"] for d in summary["devices"].values()}
     assert pvm["groups"] == len(groups)
-    assert {(r["phase"], r["group"]) for r in pvm["rows"]} == {(p, g) for p, _, _ in summary["phase_transitions"]
-                                                              for g in groups}
+    # a row per phase and group that committed in it (a group's rounds count when they commit): AHL is long
+    pairs = {(r["phase"], r["group"]) for r in pvm["rows"]}
+    assert pairs <= {(p, g) for p, _, _ in summary["phase_transitions"] for g in groups}
+    assert {("ahl", g) for g in groups} <= pairs, pairs
     for r in pvm["rows"]:
         p, m = r["predicted"], r["measured"]
         assert p["examples_per_sec"] > 0 and m["examples_per_sec"] > 0 and m["step_ms"] > 0

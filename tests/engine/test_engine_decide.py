@@ -156,6 +156,21 @@ def test_ashl_profiling_ahl_then_shl():
     assert [p for p, _, _ in m.phases.transitions] == ["profiling", "ahl", "shl"]
 
 
+def test_a_job_of_one_group_runs_one_phase_on_solo_rounds_whatever_the_strategy():
+    from edgemesh_tf.engine import rules
+
+    for strategy in ("ashl", "adsp", "bsp"):
+        cfg = JobConfig(groups=(GroupSpec("a", single_device_layout("/job:worker/task:0").to_dict(), 32),),
+                        sync=SyncConfig(strategy=strategy, solo_commit_s=3.0))
+        m = decide.Decisions(cfg, dense_push_bytes=4000.0)
+        assert m.phase == "train" and m.driver is None, strategy
+        c = m.controls["a"]
+        assert (c.local_steps, c.timer_s, c.ratio, c.scale, c.share) == (0, 3.0, 1.0, 1.0, 1.0)
+        rule = rules.round_rule(cfg.sync, "train", c, groups=1)
+        assert rule.wait == "none" and rule.timer_s == 3.0
+    assert rules.round_rule(SyncConfig(strategy="bsp"), "train", c, groups=2).wait == "barrier"
+
+
 def test_each_phase_keeps_the_totals_it_began_with_through_a_checkpoint():
     """What job_cost.measured_phases needs: the groups' totals at each phase's start, in the final record."""
     m = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))

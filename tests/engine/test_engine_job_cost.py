@@ -43,12 +43,15 @@ def test_a_barrier_holds_every_group_to_the_slowest_round_and_asp_holds_none():
     assert local["fast"].local_steps == 4 and local["fast"].wait_ms == pytest.approx(4 * 100.0)
 
 
-def test_one_group_pays_the_commits_the_engine_runs():
-    sync = SyncConfig(strategy="ashl")
-    one = job_cost.job_examples_per_sec(sync, {"g": _pred(100.0)}, {"g": 32})
-    ahl = 32 * 8 * 1000 / (8 * 100 + 300)
-    shl = job_cost.phase_costs(sync, {"g": _pred(100.0)}, {"g": 32})["shl"]["g"].examples_per_sec
-    assert one == pytest.approx((ahl + shl) / 2) and one < 32 * 1000 / 100.0
+def test_one_group_alone_trains_on_with_a_push_every_solo_commit_s_and_no_pull():
+    sync = SyncConfig(strategy="ashl", solo_commit_s=2.0)
+    costs = job_cost.phase_costs(sync, {"g": _pred(100.0)}, {"g": 32})
+    assert list(costs) == ["train"]  # nothing between groups to coordinate: no phases
+    c = costs["train"]["g"]
+    assert (c.local_steps, c.push_ms, c.pull_ms, c.wait_ms) == (20, 150.0, 0.0, 0.0)
+    assert job_cost.job_examples_per_sec(sync, {"g": _pred(100.0)}, {"g": 32}) == pytest.approx(
+        32 * 20 * 1000 / (20 * 100 + 150))
+    assert job_cost.phases_of(sync, 1) == ("train",) and job_cost.phases_of(sync, 2)[0] == "profiling"
 
 
 def test_the_job_rate_weights_phases_and_charges_staleness():
@@ -93,7 +96,7 @@ def test_measured_phases_and_the_gap_named_by_its_term():
     assert ahl["commit_ms"] == pytest.approx(190.0) and ahl["examples_per_sec"] == pytest.approx(256.0)
     assert measured["shl"]["g"]["wait_ms"] == pytest.approx(50.0)
     sync = SyncConfig(strategy="ashl")
-    predicted = job_cost.phase_costs(sync, {"g": _pred(100.0, 300.0)}, {"g": 32})
+    predicted = job_cost.phase_costs(sync, {"g": _pred(100.0, 300.0), "h": _pred(100.0, 300.0)}, {"g": 32, "h": 32})
     rows = {r["phase"]: r for r in job_cost.compare(predicted, measured)}
     assert rows["ahl"]["missed"] is None  # 256 measured, 232.7 predicted: within 20%
     assert rows["ahl"]["ratio"] == pytest.approx(256.0 / predicted["ahl"]["g"].examples_per_sec, abs=1e-3)
@@ -102,3 +105,6 @@ def test_measured_phases_and_the_gap_named_by_its_term():
     slow_steps = job_cost.compare(predicted, {"ahl": {"g": dict(ahl, step_ms=190.0, examples_per_sec=140.0)}})
     assert slow_steps[0]["missed"]["term"] == "step"
     assert "GAP > 20%: the commit term missed by +1200 ms per commit" in job_cost.format_rows(slow_commits)[0]
+    # a group that made no commit in a phase (shorter than its round) has nothing measured there
+    idle = job_cost.measured_phases(transitions, {**phase_totals, "shl": {"g": end["g"]}}, end, 15.0)
+    assert "g" not in idle["shl"] and "g" in idle["ahl"]

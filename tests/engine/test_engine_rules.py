@@ -86,7 +86,7 @@ def test_the_planner_amortises_ps_traffic_over_each_strategy_s_local_iterations(
 
 def test_fixed_compression_applies_from_the_start():
     sync = SyncConfig(strategy="asp", compression="fixed", ratio=0.01)
-    assert rules.initial_controls(sync, {"a": 8})["a"].ratio == 0.01
+    assert rules.initial_controls(sync, {"a": 8, "b": 8})["a"].ratio == 0.01
     assert SyncConfig(strategy="ashl").compression == "ashl"
     assert SyncConfig(strategy="bsp").compression == "none"
 

@@ -93,3 +93,55 @@ def test_ssp_never_runs_more_than_s_commits_ahead_of_the_slowest(edge2, tmp_path
     # the slow worker is ~3x slower: without the gate the fast one would be far ahead; with it, it waits
     assert sum(r["wait_s"] for r in fast) > 0.5
     assert len(fast) <= len(slow) + bound + 1
+
+
+def _alone(cluster, em, logdir, **kw):
+    """A job of the fast worker alone (ASHL's, constant learning rate): its final record and round log."""
+    fast = cluster.device("fast")
+    groups = (GroupSpec("fast", Layout(mesh=(("model", 1),), devices=(fast.device_string,)).to_dict(), BATCH["fast"]),)
+    sync = SyncConfig(strategy="ashl", lr_schedule="constant", solo_commit_s=kw.pop("solo_commit_s"))
+    cfg = job_config(cluster, groups, sync=sync, eval_interval_s=1.0, logdir=logdir, eval_examples=7, **kw)
+    final = run_job(cfg, cluster, testbed=em, fast_setup=True)
+    assert final["group_exit_codes"] == {"fast": 0}
+    assert [p for p, _, _ in final["phase_transitions"]] == ["train"]  # no ASHL phases for one group
+    log = _rounds(logdir, "fast")
+    assert all(r["phase"] == "train" and r["wait"] == "none" and r["ratio"] == 1.0 and r["accepted"] for r in log)
+    return cfg, final, log
+
+
+def test_a_group_alone_pulls_once_and_its_pushes_hold_exactly_its_model(edge2, tmp_path):
+    """A job of one group (rules.py, "solo"): rounds of solo_commit_s of training, each a dense push, and no
+    pull after the first: the ps's model is exactly single-process SGD on the group's batches."""
+    cluster, em = edge2
+    lr = 0.05
+    cfg, final, log = _alone(cluster, em, str(tmp_path), solo_commit_s=0.02, learning_rate=lr, momentum=0.0,
+                             max_steps=40, time_budget_s=60)
+    totals = final["groups"]["fast"]
+    assert len(log) >= 3 and totals["commits"] == len(log)
+    assert totals["bytes_received"] == totals["bytes_sent"] / len(log)  # one pull, of a dense push's bytes
+    steps = sum(r["steps"] for r in log)
+    weights, _ = checkpoint.load(final["checkpoint"])
+    data = load_dataset("digits")
+    spec = get_model("vgg", data.image_shape, data.num_classes)
+    stream = shard_stream(data, {"fast": 1.0}, "fast", BATCH["fast"], cfg.seed * 1000)
+    ref = build_train_graph(spec, Layout(mesh=(("model", 1),), devices=("/cpu:0",)), BATCH["fast"],
+                            learning_rate=lr, momentum=0.0, seed=cfg.seed)
+    with tf.Session(graph=ref.graph) as sess:
+        restore_or_init(sess, ref, None)
+        for _ in range(steps):
+            xb, yb = next(stream)
+            sess.run(ref.train_op, {ref.images: xb, ref.labels: yb})
+        expected = sess.run(ref.weights)
+    for name, w in expected.items():
+        np.testing.assert_allclose(weights[name], w, atol=1e-4, rtol=0, err_msg=name)
+
+
+def test_a_group_alone_trains_within_15_percent_of_its_own_step_rate(edge2, tmp_path):
+    """Issue 45's "one-group job": its examples/s over the training time against its own step rate
+    (examples per second of compute), in one run: no parameter-server round trip on its path but a
+    push every solo_commit_s."""
+    cluster, em = edge2
+    _, final, log = _alone(cluster, em, str(tmp_path), solo_commit_s=1.0, time_budget_s=4.0)
+    totals, time_of = final["groups"]["fast"], final["group_time"]["fast"]
+    assert len(log) >= 2 and totals["bytes_received"] == totals["bytes_sent"] / len(log)
+    assert time_of["examples_per_sec"] >= 0.85 * totals["examples"] / time_of["compute_s"], time_of
