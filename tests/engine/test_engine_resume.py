@@ -69,3 +69,10 @@ def test_chief_killed_mid_run_resumes_from_latest_checkpoint_with_its_phase(tmp_
     assert isinstance(final, records.Final) and [p for p, _, _ in final.phase_transitions] == ["profiling", "ahl", "shl"]
     assert final.global_steps > last_ckpt.global_steps
     assert "resuming from" in second.stdout
+    # TensorBoard's text tab holds the phase switches of the first run (profiling -> AHL -> SHL)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    total = EventAccumulator(os.path.join(logdir, "tb", "total"), size_guidance={"tensors": 0})
+    total.Reload()
+    switches = [t.tensor_proto.string_val[0].decode() for t in total.Tensors("phase_switches")]
+    assert any("profiling → ahl" in t for t in switches) and any("ahl → shl" in t for t in switches), switches
