@@ -104,7 +104,10 @@ def _dense(ps, masters, deltas, comps, scale, group, error_feedback) -> dict:
             full[n] = tf.reshape(d, masters[n].shape)
     push = ps.push_dense(full, scale, group)
     with tf.control_dependencies([push.version]):
-        clear = [c.residual.assign(tf.zeros_like(c.residual), read_value=False) for c in comps.values()]
+        clear = []
+        for n, c in comps.items():  # zeros made where the residual lives, not sent over the group's links
+            with tf.device(masters[n].device):
+                clear.append(c.residual.assign(tf.zeros_like(c.residual), read_value=False))
     with tf.control_dependencies(clear):
         version = tf.identity(push.version)
     return {"version": version, "accepted": push.accepted, "bytes": tf.constant(push.nbytes, tf.int64)}

@@ -14,7 +14,8 @@ same rules the chief applies, on the predicted timings instead of measured ones:
     train      the strategy's (rules.initial_controls; ADSP: as AHL)            bsp, local_sgd: barrier;
                                                                                  ssp: staleness
 
-    round_g  = H_g * step_g + push_g + pull_g
+    round_g  = H_g * step_g + push_g + pull_g     (a split group's push and pull each include one of
+                                          its masters <-> slices copies: ``copy_ms``, half each)
     wait_g   = max_h round_h - round_g    when the phase waits (a barrier, or a staleness bound: over a
                                           long phase no group commits faster than the slowest), else 0
     rate_g   = batch_g * H_g * 1000 / (round_g + wait_g)               examples/s
@@ -81,9 +82,11 @@ def phase_weights(sync: SyncConfig, groups: int = 2) -> dict[str, float]:
 
 
 def predicted_timings(preds: Mapping[str, GroupPrediction]) -> list[schedule.WorkerTiming]:
-    """Each group's predicted timing as ASHL's rules take a measured one: the step, and the push and
-    pull of the whole model (half of ps_sync_ms each)."""
-    return [schedule.WorkerTiming(g, max(1e-3, p.step_ms), p.ps_sync_ms, p.ps_sync_ms / 2, p.ps_sync_ms / 2)
+    """Each group's predicted timing as ASHL's rules take a measured one (the engine times its copies
+    with the pull and the push they follow or precede): the step; the pull and the push of the whole
+    model (half of ps_sync_ms each), each with one of the round's masters <-> slices copies (copy_ms)."""
+    return [schedule.WorkerTiming(g, max(1e-3, p.step_ms), p.ps_sync_ms + p.copy_ms, (p.ps_sync_ms + p.copy_ms) / 2,
+                                  (p.ps_sync_ms + p.copy_ms) / 2)
             for g, p in preds.items()]
 
 
@@ -111,7 +114,8 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
         rounds = {}
         for t in timings:
             c = controls[t.name]
-            push = t.push_ms * min(1.0, 2.0 * c.ratio)
+            copy = preds[t.name].copy_ms / 2  # the copy to the masters is whole, top-k or not
+            push = (t.push_ms - copy) * min(1.0, 2.0 * c.ratio) + copy
             rounds[t.name] = (c.local_steps, push, t.other_ms)
         waits = rules.round_rule(sync, phase, controls[timings[0].name], len(timings)).wait != "none"
         longest = max(h * t.iter_ms + push + pull for t, (h, push, pull) in zip(timings, rounds.values()))

@@ -29,6 +29,8 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
                 (push + pull of the whole model: each of the k devices moves the whole tensors it holds,
                 about 1/k of the model, over its own link, all of it through the PS's; lat_max: the
                 group's largest link latency, the PS's own link is not profiled)
+  copy_ms     = 2 * (max_i max(recv_i, send_i) / bw_i + 2 * lat_max)   a round's masters <-> slices copies
+                (weights and momentum of the split dims; ``copy_ms``)
   memory_i    = runtime + w * 4 * sum_l params_per_unit_l * s_i,l + m * model_bytes / k
                 + a * b * (image + sum_l in_l + sum_l act_l * s_i,l/U) + 2 * model_bytes / k
                 (``memory.MemoryModel``: weights and their optimizer copies, the device's part of the
@@ -238,6 +240,36 @@ def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_m
     return 2 * max(part, transfer_ms(stats.param_bytes, ps_bandwidth_mbit)) + 2 * max(d.latency_ms for d in group)
 
 
+COPIED_TENSORS = 2
+"""Whole tensors a split weight has per round of the engine: the weight and its momentum, each copied
+from its master to the slices after a pull and back before a push (training/graph.py)."""
+
+
+def copy_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares]) -> float:
+    """A round's masters <-> slices copies of a split group (the engine's, after the pull and before
+    the push; 0 when nothing is split): each split tensor's master lives on one device (spread by
+    bytes: 1/k of them each, in expectation), so device i receives its share s_i/U of the (k-1)/k
+    mastered elsewhere and sends the others' shares of its own 1/k, both over its full-duplex link;
+    the busier direction of the busiest device sets each copy's time, paid twice."""
+    k = len(group)
+    if k < 2:
+        return 0.0
+    recv, send = [0.0] * k, [0.0] * k
+    for dim in stats.dims:
+        shares = assignment.get(dim.name)
+        if shares is None:
+            continue
+        nbytes = COPIED_TENSORS * FLOAT_BYTES * dim.params_per_unit * dim.units
+        for i, s in enumerate(shares):
+            recv[i] += nbytes * s / dim.units * (k - 1) / k
+            send[i] += nbytes * (dim.units - s) / dim.units / k
+    if not any(recv):
+        return 0.0
+    one = max(transfer_ms(max(r, t), d.bandwidth_mbit) for r, t, d in zip(recv, send, group))
+    one = max(one, media.each_once_ms(group, [r + t for r, t in zip(recv, send)]))
+    return 2 * (one + 2 * max(d.latency_ms for d in group))
+
+
 @dataclasses.dataclass(frozen=True)
 class LayerPrediction:
     """One split dim of ``units``: its shares (None = replicated), per device compute ms, group comm ms."""
@@ -261,6 +293,7 @@ class GroupPrediction:
     compute_ms / comm_ms: per device sums over layers (comm: own allconcat receive + allreduce).
     memory_bytes: per device, see the module docstring.
     ps_sync_ms: push + pull of the whole model to the parameter server (per commit).
+    copy_ms: a round's masters <-> slices copies (``copy_ms``; 0 for a group that splits nothing).
     """
 
     devices: tuple[str, ...]
@@ -271,3 +304,4 @@ class GroupPrediction:
     ps_sync_ms: float
     layers: tuple[LayerPrediction, ...]
     separable_ms: float = 0.0
+    copy_ms: float = 0.0

@@ -55,4 +55,5 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
     step = simulate_step_ms(group, stats, assignment, profile_batch or stats.batch, coeffs)
     return cost.GroupPrediction(tuple(d.name for d in group), step, tuple(compute), tuple(comm),
                                 tuple(memory), cost.ps_sync_ms(group, stats, ps_bandwidth_mbit),
-                                tuple(layers), sum(lp.ms for lp in layers) + cost.base_ms(group, stats))
+                                tuple(layers), sum(lp.ms for lp in layers) + cost.base_ms(group, stats),
+                                cost.copy_ms(group, stats, assignment))

@@ -33,6 +33,22 @@ def test_ashl_phases_take_the_chiefs_rules_on_the_predicted_timings():
     assert slow.examples_per_sec == pytest.approx(32 * 8 * 1000 / (8 * 200 + 300))
 
 
+def test_a_split_groups_copies_ride_with_its_pull_and_push_and_top_k_does_not_shrink_them():
+    import dataclasses
+
+    split = {"fast": dataclasses.replace(_pred(100.0), copy_ms=80.0), "slow": _pred(200.0)}
+    costs = job_cost.phase_costs(SyncConfig(strategy="ashl"), split, BATCH)
+    ahl, shl = costs["ahl"]["fast"], costs["shl"]["fast"]
+    assert (ahl.pull_ms, ahl.push_ms) == (190.0, 190.0)  # 300 / 2 + 80 / 2 each
+    assert shl.pull_ms == 190.0 and 40.0 < shl.push_ms < 190.0
+    sync = SyncConfig(strategy="ashl")
+    ratio = rules.ashl_controls(sync, job_cost.predicted_timings(split), "shl",
+                                rules.initial_controls(sync, BATCH))["fast"].ratio
+    assert shl.push_ms == pytest.approx(150.0 * min(1.0, 2 * ratio) + 40.0)  # top-k of the wire part only
+    solo = job_cost.phase_costs(SyncConfig(strategy="ashl"), {"g": split["fast"]}, {"g": 32})["train"]["g"]
+    assert (solo.push_ms, solo.pull_ms) == (190.0, 0.0)  # alone: the copy to the masters and the push
+
+
 def test_a_barrier_holds_every_group_to_the_slowest_round_and_asp_holds_none():
     bsp = job_cost.phase_costs(SyncConfig(strategy="bsp"), PREDS, BATCH)["train"]
     assert bsp["fast"].wait_ms == pytest.approx(100.0) and bsp["slow"].wait_ms == 0

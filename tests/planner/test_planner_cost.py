@@ -80,6 +80,14 @@ def test_step_memory_and_sync_by_hand(monkeypatch):
                               fixed + 12 * 65 * 1 + 10 * 4 * 1 + 12 * 5 * 4 + 10 * 16)
     # each device pushes and pulls its half of the whole tensors over its own link
     assert p.ps_sync_ms == pytest.approx(2 * max(model_bytes / 2 / 1000, model_bytes / 2 / 2000) + 2 * 2.0)
+    # a round's copies of fc's weight and momentum (2 * 4 * 65 * 4 bytes) between masters and slices, each
+    # master on one device in expectation half the time: a receives 3/4 of the half mastered on b and sends
+    # 1/4 of its own half, b receives 1/4 of a's half and sends 3/4 of its own: a's 780 bytes at 1000 bytes/ms
+    # set each copy, + a hop over both links (2 * 2 ms); paid twice (after the pull, before the push)
+    fc_bytes = 2 * 4 * 65 * 4
+    assert p.copy_ms == pytest.approx(2 * (max(fc_bytes * 3 / 8 / 1000, fc_bytes * 3 / 8 / 2000) + 2 * 2.0))
+    assert predict([a, b], stats, {}, profile_batch=20).copy_ms == 0.0  # nothing split: nothing copied
+    assert predict([a], stats, {}, profile_batch=20).copy_ms == 0.0
 
 
 def test_allreduce_of_input_gradient():
