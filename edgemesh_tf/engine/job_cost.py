@@ -7,7 +7,9 @@ pull of the whole model (``ps_sync_ms``, half each way). The rounds are the stra
 same rules the chief applies, on the predicted timings instead of measured ones:
 
     phase      H (local iterations per commit)        push                      wait
-    profiling  profile_steps                          dense                     none
+    profiling  profile_steps                          dense                     the slowest group's
+                                                                                 round (AHL starts when
+                                                                                 every group profiled)
     ahl, shl   ASHL's Algorithm 2 (rules.ashl_controls on the predicted timings: the slowest group
                gets the preset H, faster ones more; SHL's pushes top-k at ratio R: 8 bytes per entry,
                so 2R of the dense bytes)                                         shl: staleness
@@ -117,7 +119,8 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
             copy = preds[t.name].copy_ms / 2  # the copy to the masters is whole, top-k or not
             push = (t.push_ms - copy) * min(1.0, 2.0 * c.ratio) + copy
             rounds[t.name] = (c.local_steps, push, t.other_ms)
-        waits = rules.round_rule(sync, phase, controls[timings[0].name], len(timings)).wait != "none"
+        waits = phase == "profiling" or rules.round_rule(sync, phase, controls[timings[0].name],
+                                                          len(timings)).wait != "none"
         longest = max(h * t.iter_ms + push + pull for t, (h, push, pull) in zip(timings, rounds.values()))
         costs = {}
         for t in timings:

@@ -44,6 +44,9 @@ class MainJob:
                                  "$XDG_CACHE_HOME/edgemesh_tf/profiles or ~/.cache/edgemesh_tf/profiles; '': keep none).")
     reprofile: bool = setting(False, "Measure the devices even when the profile cache holds a profile for them "
                               "(the new profile replaces the cached one).")
+    groups: int | None = setting(None, "Data-parallel groups to plan: compare a plan of K groups with the planner's "
+                                 "choice (its prediction says which is faster); unset: the best number the cost "
+                                 "model finds.", check=int_at_least(1))
     settings: JobSettings = dataclasses.field(default_factory=lambda: JobSettings.for_command("run"))
 
     def __post_init__(self):
@@ -220,7 +223,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
         t0 = time.monotonic()
         profile, result, profile_path, plan_path, cache = profile_and_plan(
             cluster, spec, job.batch, servers, s.logdir, s.sync, emulate=job.emulate,
-            cache_dir=cache_dir(job.profile_cache), reprofile=job.reprofile)
+            cache_dir=cache_dir(job.profile_cache), reprofile=job.reprofile, groups=job.groups)
         emit(records.Planned(profile_s=round(time.monotonic() - t0, 1), profile=profile_path, plan=plan_path,
                              table=format_table(result), reused=cache["entry"] if cache["reused"] else "",
                              reused_age_s=cache["age_s"]))

@@ -126,6 +126,10 @@ def test_the_main_job_plans_from_the_cached_profile_without_touching_the_servers
     _, _, _, _, other = profile_and_plan(c, spec, 16, None, str(tmp_path / "run"), SyncConfig(),
                                          cache_dir=str(tmp_path / "cache"))
     assert measured == [1, 1] and not again["reused"] and not other["reused"] and again["entry"] != other["entry"]
+    # --groups K plans K groups on the same profile (`edgemesh run --groups 2` beside the planner's choice)
+    _, forced, _, _, _ = profile_and_plan(c, spec, 32, None, str(tmp_path / "run"), SyncConfig(),
+                                          cache_dir=str(tmp_path / "cache"), groups=2)
+    assert len(forced.groups) == 2 and measured == [1, 1]
 
     # the first job on a fresh profile records its groups' iteration times in the entry; a job reusing the
     # profile keeps it when its groups iterate within 1.5x of those, and drops it when they take 2x
