@@ -7,9 +7,9 @@ pull of the whole model (``ps_sync_ms``, half each way). The rounds are the stra
 same rules the chief applies, on the predicted timings instead of measured ones:
 
     phase      H (local iterations per commit)        push                      wait
-    profiling  profile_steps                          dense                     the slowest group's
-                                                                                 round (AHL starts when
-                                                                                 every group profiled)
+    profiling  profile_steps                          dense                     none, but the phase
+               lasts the slowest group's first round (AHL starts when every group has profiled): a faster
+               group's rounds that end within it count, the rest of the phase is its wait
     ahl, shl   ASHL's Algorithm 2 (rules.ashl_controls on the predicted timings: the slowest group
                gets the preset H, faster ones more; SHL's pushes top-k at ratio R: 8 bytes per entry,
                so 2R of the dense bytes)                                         shl: staleness
@@ -119,14 +119,16 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
             copy = preds[t.name].copy_ms / 2  # the copy to the masters is whole, top-k or not
             push = (t.push_ms - copy) * min(1.0, 2.0 * c.ratio) + copy
             rounds[t.name] = (c.local_steps, push, t.other_ms)
-        waits = phase == "profiling" or rules.round_rule(sync, phase, controls[timings[0].name],
-                                                          len(timings)).wait != "none"
+        waits = rules.round_rule(sync, phase, controls[timings[0].name], len(timings)).wait != "none"
         longest = max(h * t.iter_ms + push + pull for t, (h, push, pull) in zip(timings, rounds.values()))
         costs = {}
         for t in timings:
             h, push, pull = rounds[t.name]
             own = h * t.iter_ms + push + pull
             wait = longest - own if waits else 0.0
+            if phase == "profiling":  # the rounds that end within the slowest one's share its length
+                rounds_in = max(1, int(longest // own))
+                wait = (longest - rounds_in * own) / rounds_in
             costs[t.name] = PhaseCost(t.iter_ms, h, push, pull, wait, batch[t.name] * h * 1000.0 / (own + wait))
         out[phase] = costs
     return out
