@@ -12,13 +12,19 @@ from edgemesh_tf.mesh.layout import Layout, local_devices
 pytestmark = [pytest.mark.slow]
 
 
-def test_a_split_replica_keeps_each_tensor_with_its_master_and_pushes_its_change(vgg_digits, digits):
+def _split_replica(spec):
+    """Three local devices and group g0's replica of `spec`, every dim split 2:1 over the first two
+    (the third holds the ps)."""
     d = local_devices(3)
-    dims = vgg_digits.split_dims()
+    dims = spec.split_dims()
     layout = Layout(mesh=(("model", 2),), devices=tuple(d[:2]), rules=tuple((n, "model") for n in dims),
                     sizes=tuple((n, (s - s // 3, s // 3)) for n, s in dims.items()))
-    g = build_replica_graph(vgg_digits, layout, 16, ["g0"], ps_device=d[2], learning_rate=0.05, momentum=0.9,
-                            seed=1, group="g0")
+    return d, build_replica_graph(spec, layout, 16, ["g0"], ps_device=d[2], learning_rate=0.05, momentum=0.9,
+                                  seed=1, group="g0")
+
+
+def test_a_split_replica_keeps_each_tensor_with_its_master_and_pushes_its_change(vgg_digits, digits):
+    d, g = _split_replica(vgg_digits)
     assert len({v.device for v in g.masters.values()}) == 2
     anchors = {v.name[len("anchor/"):-2]: v for v in g.train.graph.get_collection(tf.GraphKeys.LOCAL_VARIABLES)
                if v.name.startswith("anchor/")}
@@ -72,12 +78,7 @@ def test_a_split_replicas_pull_push_and_rebase_send_nothing_between_its_devices(
     each run where their tensor's master lives: only the masters-to-slices copies cross the group's
     links. (A residual cleared with zeros made on the group's first device sent half the model over
     the link on every dense push.)"""
-    d = local_devices(3)
-    dims = vgg_digits.split_dims()
-    layout = Layout(mesh=(("model", 2),), devices=tuple(d[:2]), rules=tuple((n, "model") for n in dims),
-                    sizes=tuple((n, (s - s // 3, s // 3)) for n, s in dims.items()))
-    g = build_replica_graph(vgg_digits, layout, 16, ["g0"], ps_device=d[2], learning_rate=0.05, momentum=0.9,
-                            seed=1, group="g0")
+    d, g = _split_replica(vgg_digits)
     assert len({v.device for v in g.masters.values()}) == 2
     for name, ops in (("pull", [g.pull]), ("rebase", [g.rebase]),
                       ("dense push", [g.push_dense["version"].op]), ("top-k push", [g.push_sparse["version"].op])):
