@@ -87,8 +87,7 @@ def predicted_timings(preds: Mapping[str, GroupPrediction]) -> list[schedule.Wor
     """Each group's predicted timing as ASHL's rules take a measured one (the engine times its copies
     with the pull and the push they follow or precede): the step; the pull and the push of the whole
     model (half of ps_sync_ms each), each with one of the round's masters <-> slices copies (copy_ms)."""
-    return [schedule.WorkerTiming(g, max(1e-3, p.step_ms), p.ps_sync_ms + p.copy_ms, (p.ps_sync_ms + p.copy_ms) / 2,
-                                  (p.ps_sync_ms + p.copy_ms) / 2)
+    return [schedule.WorkerTiming(g, max(1e-3, p.step_ms), p.commit_ms, p.commit_ms / 2, p.commit_ms / 2)
             for g, p in preds.items()]
 
 
@@ -115,9 +114,8 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
         controls = _controls(sync, timings, phase, batch)
         rounds = {}
         for t in timings:
-            c = controls[t.name]
-            copy = preds[t.name].copy_ms / 2  # the copy to the masters is whole, top-k or not
-            push = (t.push_ms - copy) * min(1.0, 2.0 * c.ratio) + copy
+            c, p = controls[t.name], preds[t.name]
+            push = p.ps_sync_ms / 2 * min(1.0, 2.0 * c.ratio) + p.copy_ms / 2  # top-k shrinks the wire part only
             rounds[t.name] = (c.local_steps, push, t.other_ms)
         waits = rules.round_rule(sync, phase, controls[timings[0].name], len(timings)).wait != "none"
         longest = max(h * t.iter_ms + push + pull for t, (h, push, pull) in zip(timings, rounds.values()))
@@ -125,10 +123,11 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
         for t in timings:
             h, push, pull = rounds[t.name]
             own = h * t.iter_ms + push + pull
-            wait = longest - own if waits else 0.0
             if phase == "profiling":  # the rounds that end within the slowest one's share its length
                 rounds_in = max(1, int(longest // own))
                 wait = (longest - rounds_in * own) / rounds_in
+            else:
+                wait = longest - own if waits else 0.0
             costs[t.name] = PhaseCost(t.iter_ms, h, push, pull, wait, batch[t.name] * h * 1000.0 / (own + wait))
         out[phase] = costs
     return out

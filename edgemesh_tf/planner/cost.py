@@ -305,3 +305,8 @@ class GroupPrediction:
     layers: tuple[LayerPrediction, ...]
     separable_ms: float = 0.0
     copy_ms: float = 0.0
+
+    @property
+    def commit_ms(self) -> float:
+        """A commit's cost as the engine runs it (ms): the push and pull and the round's copies."""
+        return self.ps_sync_ms + self.copy_ms

@@ -8,7 +8,8 @@ Every group processes ``batch`` examples per step (its own data share). The obje
     rate = batch * 1000 * sum_g 1 / (step_ms_g + sync_ms_g / commit_interval)  /  (1 + s * (G - 1))
 
 sync_ms_g is the group's push + pull to the parameter server (``cost.ps_sync_ms``) and its copies
-between masters and slices (``cost.copy_ms``), paid once per commit; one group (G = 1) needs no parameter server and is not stale. The divisor is the staleness
+between masters and slices (``cost.copy_ms``): ``GroupPrediction.commit_ms``, paid once per commit;
+one group (G = 1) needs no parameter server and is not stale. The divisor is the staleness
 charge: G groups committing asynchronously apply updates computed on weights about G - 1 commits
 old, and asynchronous SGD needs a learning rate smaller by about 1 + s * staleness to converge
 (stale gradients are partly redundant: Dutta et al., AISTATS 2018; Zhang et al., IJCAI 2016), so an
@@ -118,8 +119,7 @@ def throughput(preds: Sequence[GroupPrediction], batch: int, commit_interval: in
                staleness_penalty: float = STALENESS_PENALTY) -> float:
     """Effective examples/s of groups that each process ``batch`` examples per step (see above)."""
     g = len(preds)
-    raw = sum(batch * 1000.0 / (p.step_ms + ((p.ps_sync_ms + p.copy_ms) / commit_interval if g > 1 else 0.0))
-              for p in preds)
+    raw = sum(batch * 1000.0 / (p.step_ms + (p.commit_ms / commit_interval if g > 1 else 0.0)) for p in preds)
     return raw / staleness_charge(g, staleness_penalty)
 
 
