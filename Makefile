@@ -24,13 +24,19 @@ run: install
 browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# Every test, in two passes: the tests that start no emulated testbed or browser run in two pytest
+# workers (pytest-xdist; a module stays on one worker, so its fixtures are made once), then the
+# testbed's and the browser's tests run alone: their devices are CPU quotas and their assertions time
+# them, so they need the machine to themselves. The two -m expressions together select every test
+# (tests/test_readme.py checks it).
 test: install browser
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not emulator and not browser" tests
+	$(BIN)/python -m pytest -q -m "emulator or browser" tests
 
-# The fast loop (under a minute): every test that starts no testbed, process or browser and takes
+# The fast loop (under 45 s, in two pytest workers): every test that starts no testbed, process or browser and takes
 # under ~3 s (markers in pytest.ini; tests/test_markers.py keeps new tests honest).
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not emulator and not browser and not subprocess and not slow" tests
+	$(BIN)/python -m pytest -q -n 2 -m "not emulator and not browser and not subprocess and not slow" tests
 
 # Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; ~72 min (time_to_accuracy ~36, edgemesh_claims ~19.5, faults ~8.2).
 # QUICK=1: a 9 min smoke run of the same pipeline into bench/quick/ (not evidence).

@@ -187,6 +187,44 @@ def _make_recipes() -> dict[str, str]:
     return recipes
 
 
+def _markers() -> list:
+    """The markers pytest.ini declares."""
+    with open(os.path.join(ROOT, "pytest.ini"), encoding="utf-8") as f:
+        return re.findall(r"^\s+(\w+): ", f.read().partition("markers =")[2], re.M)
+
+
+MARKERS = _markers()
+
+
+def _selects(expression: str, marks: set) -> bool:
+    """Whether pytest's `-m expression` (names, and/or/not, parentheses) selects a test with `marks`."""
+    code = re.sub(r"\b(?!and\b|or\b|not\b)(\w+)\b", lambda m: str(m.group(1) in marks), expression)
+    return eval(code, {"__builtins__": {}})  # only True/False, and, or, not and parentheses remain
+
+
+def _assert_the_passes_select_every_test_once(recipe: str):
+    """`make test`'s pytest commands each select tests by `-m` (none: every test); every combination of
+    the markers is selected by exactly one of them, so every test runs, and runs once."""
+    passes = [line for line in recipe.splitlines() if "pytest" in line]
+    assert passes and all(line.rstrip().endswith(" tests") for line in passes), recipe
+    expressions = [re.search(r'-m "([^"]+)"', line) for line in passes]
+    expressions = [m.group(1) if m else None for m in expressions]
+    for k in range(2 ** len(MARKERS)):
+        marks = {m for i, m in enumerate(MARKERS) if k >> i & 1}
+        chosen = [e for e in expressions if e is None or _selects(e, marks)]
+        assert len(chosen) == 1, "make test: a test marked %s is run by %d passes (%s)" % (
+            sorted(marks), len(chosen), expressions)
+
+
+def test_make_tests_passes_are_checked_for_tests_run_twice_or_never():
+    _assert_the_passes_select_every_test_once('pytest -q -m "not emulator" tests\npytest -q -m "emulator" tests')
+    _assert_the_passes_select_every_test_once("pytest -q tests")
+    for wrong in ('pytest -q -m "not emulator" tests\npytest -q -m "browser" tests',
+                  'pytest -q -m "not emulator" tests\npytest -q tests'):
+        with pytest.raises(AssertionError):
+            _assert_the_passes_select_every_test_once(wrong)
+
+
 def test_the_make_targets_the_readme_shows_run_what_it_says():
     recipes = _make_recipes()
     shown = {c.split()[1] for _, c in readme_commands() if c.startswith("make ")}
@@ -194,10 +232,10 @@ def test_the_make_targets_the_readme_shows_run_what_it_says():
     for target in shown:
         assert target in recipes, "README.md shows `make %s`; the Makefile has no such target" % target
     assert "edgemesh run $(RUN_ARGS)" in recipes["run"], recipes["run"]  # RUN_ARGS="--sync bsp" reaches it
-    assert "pytest -q tests" in recipes["test"], recipes["test"]
+    _assert_the_passes_select_every_test_once(recipes["test"])
     fast = re.search(r'-m "([^"]+)"', recipes["test-fast"])
     assert fast, recipes["test-fast"]
-    assert set(re.findall(r"not (\w+)", fast.group(1))) == {"emulator", "browser", "subprocess", "slow"}
+    assert set(re.findall(r"not (\w+)", fast.group(1))) == set(MARKERS) == {"emulator", "browser", "subprocess", "slow"}
     if "bench" in shown:
         assert "bench/suite.py" in recipes["bench"], recipes["bench"]
 
