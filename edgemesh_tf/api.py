@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 from edgemesh_tf.cluster.reach import SERVER_TIMEOUT_S, Servers, reach_servers
 from edgemesh_tf.cluster.spec import ClusterFile, load_cluster
 from edgemesh_tf.data import dataset_shape
-from edgemesh_tf.engine import records
+from edgemesh_tf.engine.core import records
 from edgemesh_tf.engine.config import JobSettings, fresh_run_dir
 from edgemesh_tf.layers import ModelFn, ModelSpec, build_model
 from edgemesh_tf.models import load_model as _load_model, save_model
@@ -121,9 +121,9 @@ def plan(profile: Profile, model: ModelSpec, batch: int | None = None, strategy:
     """EdgeMesh's grid and filter division of ``model`` on the profiled devices: data-parallel
     groups, and inside each an uneven split of every conv's filters and dense layer's units, for
     the job ``strategy`` runs (each phase's local iterations, commits and waits, priced by the rules the
-    engine applies: engine/job_cost.py). options: ``planner.plan``'s (groups, memory_fraction, engine, ...).
+    engine applies: engine/core/job_cost.py). options: ``planner.plan``'s (groups, memory_fraction, engine, ...).
     ``format_table(plan)`` prints it; ``plan.groups[i].layout.sizes`` holds each dim's shares."""
-    from edgemesh_tf.engine import job_cost
+    from edgemesh_tf.engine.core import job_cost
     from edgemesh_tf.engine.config import SyncConfig
 
     return job_cost.plan_job(profile, model, batch, SyncConfig(strategy=strategy), **options)
@@ -143,7 +143,7 @@ def train(cluster: Cluster, model: ModelSpec, plan: Plan, *, strategy: str = "as
     (target_accuracy, time_budget_s, learning_rate, lr_schedule, staleness, export_dir, ...); unset, they are
     ``edgemesh run``'s defaults (``edgemesh run --helpfull``): target 0.97, 240 s, logs in a fresh
     ``runs/run-<time>``. ``emit`` receives every progress record (default: printed). Returns a ``TrainResult``."""
-    from edgemesh_tf.engine.main_job import train_planned
+    from edgemesh_tf.main_job import train_planned
     from edgemesh_tf.models.keras_out import check_exportable
 
     if settings.get("export_dir"):
@@ -166,7 +166,7 @@ def run(cluster: str = "layouts/pi4.yaml", model: str | ModelSpec = "vgg", *, em
     down. ``settings``: fields of ``JobSettings`` / ``SyncConfig`` (dataset, strategy,
     target_accuracy, time_budget_s, logdir, ...). Returns the summary ``edgemesh run`` prints
     (also in ``<logdir>/summary.json``)."""
-    from edgemesh_tf.engine.main_job import MainJob, run_main_job
+    from edgemesh_tf.main_job import MainJob, run_main_job
 
     if isinstance(model, ModelSpec):
         settings.setdefault("logdir", fresh_run_dir())

@@ -6,7 +6,7 @@ TensorFlow's import loads Keras's optimizers eagerly (SavedModel registrations),
 a process spends importing TensorFlow on this class of machine; TensorFlow catches the ImportError
 when `keras` cannot be imported. Every server, group client and CLI process of a job pays that import
 on the devices' own CPUs during set-up. The export of a trained model to Keras runs in a process of
-its own (engine/export.py) and keeps Keras.
+its own (engine/runtime/export.py) and keeps Keras.
 """
 import importlib.util
 import sys

@@ -48,7 +48,7 @@ def main_job(tmp_path_factory):
     examples' (tests/examples/test_examples.py) read the same run: its set-up is most of a minute.
     Its honest plan is one group (this small model splits well over pi4's 1 Gbit/s links: predicted
     ~235-243 examples/s for one group against ~190-207 for two, on two profiles), which trains alone,
-    without ASHL's phases (engine/rules.py); the ASHL job of several groups is edge2's
+    without ASHL's phases (engine/core/rules.py); the ASHL job of several groups is edge2's
     (tests/engine/test_engine_resume.py)."""
     import subprocess
     import sys

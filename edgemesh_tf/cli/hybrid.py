@@ -24,7 +24,7 @@ import typing
 
 from absl import flags
 
-from edgemesh_tf.engine import records
+from edgemesh_tf.engine.core import records
 from edgemesh_tf.engine.config import COMMAND_DEFAULTS, NOT_FLAGS, FieldError, JobConfig, JobSettings, SyncConfig
 
 FLAGS = flags.FLAGS
@@ -33,7 +33,7 @@ _FLAG_OF: dict[tuple[type, str], str] = {}  # (dataclass, field) -> the flag def
 
 def _flag_fields(command: str):
     """(dataclass, field) of every flag of `command`, in help order."""
-    from edgemesh_tf.engine.main_job import MainJob
+    from edgemesh_tf.main_job import MainJob
 
     out = [(MainJob, f) for f in dataclasses.fields(MainJob) if f.name != "settings"] if command == "run" else []
     out += [(JobSettings, f) for f in dataclasses.fields(JobSettings) if f.name != "sync"]
@@ -58,7 +58,7 @@ SYNC_HEADING = "Strategy (--sync and its parameters)"
 def help_groups(command: str) -> list[tuple[str, tuple[str, ...]]]:
     """(heading, flag names) of the job flags `define_flags(command)` defined, in help order:
     MainJob's, JobSettings' by what they set, then SyncConfig's."""
-    from edgemesh_tf.engine.main_job import MainJob
+    from edgemesh_tf.main_job import MainJob
 
     defined = {(owner, f.name) for owner, f in _flag_fields(command)}
 
@@ -136,7 +136,7 @@ def settings_from_flags(command: str) -> JobSettings:
 
 def main_job_from_flags():
     """`edgemesh run`'s MainJob from its flags (nothing is started)."""
-    from edgemesh_tf.engine.main_job import MainJob
+    from edgemesh_tf.main_job import MainJob
 
     settings = settings_from_flags("run")
     try:
@@ -159,7 +159,7 @@ def config_from_flags() -> HybridJob:
     --emulate and the generated job flags), without starting anything; raises ValueError (or
     SystemExit for a malformed cluster file) naming the flag or file."""
     from edgemesh_tf.cli import cluster_from_flag
-    from edgemesh_tf.engine.job import default_groups, groups_of_plan, job_config
+    from edgemesh_tf.engine.runtime.job import default_groups, groups_of_plan, job_config
     from edgemesh_tf.planner import load_plan
     from edgemesh_tf.profiling.types import load_profile
 
@@ -176,7 +176,7 @@ def config_from_flags() -> HybridJob:
 
 def run(job: HybridJob) -> None:
     """Runs `job` (config_from_flags); raises SystemExit with a clear message when it fails."""
-    from edgemesh_tf.engine.job import run_job
+    from edgemesh_tf.engine.runtime.job import run_job
 
     cfg = job.cfg
     try:

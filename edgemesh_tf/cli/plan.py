@@ -55,7 +55,7 @@ def main(argv):
         if FLAGS.sync:
             if FLAGS["commit_interval"].present:
                 raise ValueError("--commit_interval and --sync: the strategy sets the commits; pass one of them")
-            from edgemesh_tf.engine import job_cost
+            from edgemesh_tf.engine.core import job_cost
             from edgemesh_tf.engine.config import SyncConfig
 
             result = job_cost.plan_job(profile, spec, FLAGS.batch, SyncConfig(strategy=FLAGS.sync), **options)

@@ -20,7 +20,7 @@ import os
 from absl import flags
 
 from edgemesh_tf.cli import hybrid
-from edgemesh_tf.engine import job_cost, records
+from edgemesh_tf.engine.core import job_cost, records
 
 SUMMARY = "the main job: start the testbed of a cluster file, profile, plan, train, summarise"
 FLAGS = flags.FLAGS
@@ -111,7 +111,7 @@ def summary_text(s: dict) -> str:
 def main(argv):
     if len(argv) > 1:
         raise SystemExit("edgemesh run: unexpected arguments %s" % argv[1:])
-    from edgemesh_tf.engine.main_job import run_main_job
+    from edgemesh_tf.main_job import run_main_job
     try:
         job = hybrid.main_job_from_flags()
     except ValueError as e:

@@ -46,9 +46,9 @@ DIRECT_LATENCY_MS = 0.5
 # lets any transfer below 64 KiB pass a 10 Mbit/s link at line rate (52 ms of traffic for free). So a
 # shaped veth's segments are capped at a quarter of its bucket (>= one frame): the bucket stays a few
 # packets, like a real link. The cap must not be one MTU on fast links: at 1500-byte segments this
-# host's veths carry only ~0.8-1.1 Gbit/s even unshaped (83k packets/s a Gbit/s, all in softirq), so
-# a 1 Gbit/s link measured 770-890 Mbit/s; at 16 KiB and above they carry 4-13 Gbit/s unshaped and
-# 1 Gbit/s shaped (956 Mbit/s of TCP payload, the line rate less headers).
+# host's veths carry about one Gbit/s even unshaped (83k packets/s a Gbit/s, all in softirq), so a
+# 1 Gbit/s link falls short of its rate; at 16 KiB and above they carry several Gbit/s unshaped and a
+# shaped 1 Gbit/s link its line rate less headers (docs/DESIGN.md has the figures).
 FRAME_BYTES, GSO_MAX_BYTES = 1514, 65536  # an Ethernet frame at 1500 MTU; the kernel's largest GSO
 
 

@@ -4,9 +4,8 @@ Edge CPUs compute with 128-bit vectors (ARM NEON on a Raspberry Pi 4/5's Cortex-
 Jetson Nano's A57); this machine's cores have 512-bit AVX-512. A CPU quota alone makes a device
 slower in every respect at once: its convolutions *and* its gRPC serialization, copies and Python.
 Capping the ISA of oneDNN (which runs TF's convolutions and matmuls) slows only the vector math, as
-the narrower unit of a real edge CPU does: measured single-threaded here, a 128x2048x2048 matmul
-160 -> 39 GFLOP/s and a 3x3 conv (128 -> 128 channels, 16x16) 139 -> 29 GFLOP/s at 128 bits.
-So a device at 0.15-0.35 core with 128-bit SIMD trains at Pi-4 speed (3-7 GFLOP/s in whole steps) while its link
+the narrower unit of a real edge CPU does: about 4x slower matmuls and convolutions per core
+(docs/DESIGN.md has the figures). So a device at 0.15-0.35 core with 128-bit SIMD trains at Pi-4 speed (3-7 GFLOP/s in whole steps) while its link
 and its message handling are those of a 0.25-core device, the balance of compute to communication
 a real Pi has; without the cap, the same quota computes ~4x faster relative to its links.
 """

@@ -10,7 +10,7 @@ Images float32 (N, 32, 32, 1) in [0, 1], labels int32 in 0..9. Deterministic for
 the defaults: 1347 train originals x 16 variants = 21,552 train images, 450 test originals x 12
 variants = 5,400 test images (~110 MB as float32); about 3-4 s to build on this 2-core machine
 (numpy + scipy.ndimage, vectorised over all images), so nothing is cached on disk. A process keeps
-the last datasets it built (read-only arrays): a warm group process (engine/warm.py) builds it once
+the last datasets it built (read-only arrays): a warm group process (engine/runtime/warm.py) builds it once
 for all the jobs it runs.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ mtf assumes every processor holds an equal slice. ``UnevenMeshImpl`` takes, for 
 dimension, the size each mesh coordinate gets (e.g. conv filters 64 -> 40 on a fast device, 24 on a
 slow one) and computes slice shapes and begins from running sums. One slice per real device, so an
 uneven split costs what an even split costs (repeating device names in ``PlacementMeshImpl`` to
-fake 5:3 with 8 slices was measured 2-3x slower).
+fake 5:3 with 8 slices multiplies the slices and their ops; docs/DESIGN.md has its cost).
 
 Equal slices are assumed in more places than ``slice_shape``; each is handled here:
 ``slice_begin``, ``allsplit``, ``broadcast_impl``, ``random``, ``make_slices``, ``LaidOutVariable``,

@@ -1,7 +1,7 @@
 """A trained mesh-API model as a Keras model: ``to_keras(spec, weights)`` and ``export_keras`` (a
 ``model.keras`` file that plain Keras loads, and a SavedModel for serving). Keras runs eagerly, so
 these run in a process that has not imported ``mesh.compat`` (which turns TF's graph mode on):
-``engine/export.py`` runs them in a process of their own.
+``engine/runtime/export.py`` runs them in a process of their own.
 
 A model that came in as a ``.keras`` file goes out as that model (same layers, names and softmax),
 its weights replaced by the trained ones. A model written with the mesh API goes out as the

@@ -322,7 +322,7 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
       than its speed earns, and the alternatives that hold the whole model on a device drop out.
     objective: the effective examples/s of a candidate's groups (their predictions, each at ``batch``
       examples per step), which the search maximises; default: ``throughput`` at ``commit_interval``
-      (the module docstring). The engine passes the cost of the job it runs (engine/job_cost.py: its
+      (the module docstring). The engine passes the cost of the job it runs (engine/core/job_cost.py: its
       phases' commit intervals and waits).
     Raises PlanError when nothing fits in memory.
     """

@@ -14,7 +14,7 @@ ReLU output kept for backward). The factors stand for what the plain count misse
   copies the lowering makes of a share (3 if nothing else);
 - master_factor: a split group's whole (master) weights and momentum, P bytes each, spread over its
   k devices by bytes (training/graph.py; 2 if nothing else). A one-device group's slices are its masters.
-  An engine replica (engine/graph.py) also keeps an anchor and a residual of every whole tensor with
+  An engine replica (engine/runtime/graph.py) also keeps an anchor and a residual of every whole tensor with
   its master, and its pull and push pass whole tensors through buffers there (`replica=True`).
   Counted: 2 * P / k (the anchor and the residual). Fitted to replicas' peaks less the plain step's
   fitted prediction (bench/memory_fit.py, ten rounds): about 2.6 * P / k, plus about 75 MiB on

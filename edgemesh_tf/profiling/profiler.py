@@ -24,8 +24,8 @@ from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
 
 TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
 # On a fast link the largest of those is over within a few CFS periods of a throttled sender (a 0.25-core
-# device runs 2.5 ms of each 10), so its time depends on where in the period it starts: pi4's Pi-class
-# devices measured 185-383 Mbit/s from one profile to the next. Transfers that took under
+# device runs 2.5 ms of each 10), so its time depends on where in the period it starts and varies
+# about twofold from one profile to the next (docs/DESIGN.md). Transfers that took under
 # LARGE_TRANSFER_IF_MS are therefore also timed at LARGE_TRANSFER_BYTES (the size of a VGG gather).
 LARGE_TRANSFER_BYTES = (2 << 20, 8 << 20)
 LARGE_TRANSFER_IF_MS = 40.0
@@ -237,9 +237,9 @@ def layout_steps_ms(spec: ModelSpec, batch: int, layouts: Mapping[str, object], 
     at once on the same servers and timed in turn (after WARMUP_STEPS each; with several layouts, three
     steps a turn, the first not counted, then two counted), each until its median is settled
     (``median_settled``, at least ``repeats``). Built as training
-    builds them (the lowering, the optimizer, the input fed from the client). Single steps of VGG-16
-    on a 0.35-core device measured 2.5-5.0 s after the first (throttling stalls): the median of 3 put
-    one profile's whole step 32% above the later measured one. testbed_limits: an emulated testbed
+    builds them (the lowering, the optimizer, the input fed from the client). Single steps on a
+    throttled device vary about twofold (throttling stalls), so a fixed small number of steps is not
+    enough: the median is taken until it settles. testbed_limits: an emulated testbed
     (``lift_limits``, ``restore_limits``) whose CPU quotas and link rates are lifted while the graphs
     set up (their building and first step: seconds on a throttled device, nothing timed) and restored
     before the other warm-up steps; None: nothing to lift."""

@@ -76,7 +76,7 @@ def _walk(mode, tmp):
     if mode == "run":
         from edgemesh_tf.cli import hybrid, run  # noqa: F401  (defines the flags)
         from edgemesh_tf.cluster.spec import load_cluster
-        from edgemesh_tf.engine.job import default_groups, job_config
+        from edgemesh_tf.engine.runtime.job import default_groups, job_config
 
         def build():
             job = hybrid.main_job_from_flags()

@@ -38,7 +38,7 @@ def _profile(tmp_path, slowdowns=(1.0, 3.0)):
 
 def test_plan_with_sync_prices_the_job_that_strategy_runs(tmp_path):
     """`edgemesh plan --sync S` plans as `edgemesh run --sync S` and `api.plan(strategy=S)` do
-    (engine/job_cost.py's objective); with --commit_interval as well it says they conflict."""
+    (engine/core/job_cost.py's objective); with --commit_interval as well it says they conflict."""
     import edgemesh_tf as em
 
     path, profile, spec = _profile(tmp_path, (1.0, 1.5, 4.0))

@@ -109,7 +109,7 @@ def test_summary_is_printed_and_matches_the_event_files(main_run):
 
 
 def test_the_plans_cost_of_each_phase_stands_beside_what_the_run_measured(main_run):
-    """Per phase and group: the predicted and measured rates and terms of a round (engine/job_cost.py), in
+    """Per phase and group: the predicted and measured rates and terms of a round (engine/core/job_cost.py), in
     summary.json, on the console and in TensorBoard; a gap over 20% names the term that missed."""
     logdir, stdout, summary = main_run
     pvm = summary["predicted_vs_measured"]

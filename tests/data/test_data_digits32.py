@@ -92,7 +92,7 @@ def test_harder_than_digits_but_not_noise(built):
 
 
 def test_a_process_builds_it_once_and_nobody_can_change_it():
-    # a warm group process (engine/warm.py) serves many jobs from one build: no job may alter it
+    # a warm group process (engine/runtime/warm.py) serves many jobs from one build: no job may alter it
     first = load_dataset("digits32")
     assert load_dataset("digits32") is first
     for a in (first.train_x, first.train_y, first.test_x, first.test_y):

@@ -1,13 +1,13 @@
-"""The chief's decisions (engine/decide.py) driven with plain numbers: no TensorFlow, no processes."""
+"""The chief's decisions (engine/core/decide.py) driven with plain numbers: no TensorFlow, no processes."""
 import ast
 import dataclasses
 import os
 
 import pytest
 
-from edgemesh_tf.engine import decide, records
+from edgemesh_tf.engine.core import decide, records
 from edgemesh_tf.engine.config import GroupSpec, JobConfig, SyncConfig
-from edgemesh_tf.engine.rules import STAT_FIELDS
+from edgemesh_tf.engine.core.rules import STAT_FIELDS
 from edgemesh_tf.mesh.layout import single_device_layout
 
 GROUPS = ("a", "b")
@@ -64,14 +64,16 @@ def _runtime_nodes(tree):
             todo.extend(ast.iter_child_nodes(node))
 
 
-CORE = ["edgemesh_tf.engine." + m for m in ("decide", "actions", "drive_ashl", "drive_adsp", "liveness", "records",
-                                             "rules", "progress", "job_cost")]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORE = sorted("edgemesh_tf.engine.core." + f[:-3]
+              for f in os.listdir(os.path.join(ROOT, "edgemesh_tf", "engine", "core")) if f.endswith(".py"))
 
 
 def test_decide_imports_no_tensorflow():
-    """The engine's core (the decisions, their actions, one driver per strategy, liveness, records,
-    rules, progress) and everything of the package they import are pure Python."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    """Every file of the engine's core (edgemesh_tf/engine/core/) and everything of the package they
+    import are pure Python, and none of it reaches the engine's runtime."""
+    root = ROOT
+    assert {"edgemesh_tf.engine.core.decide", "edgemesh_tf.engine.core.job_cost"} <= set(CORE), CORE
     todo, seen, bad = list(CORE), set(), []
     while todo:
         mod = todo.pop()
@@ -86,13 +88,14 @@ def test_decide_imports_no_tensorflow():
                      else [node.module] + ["%s.%s" % (node.module, a.name) for a in node.names]
                      if isinstance(node, ast.ImportFrom) and node.module else [])
             for n in names:
-                if n.split(".")[0] in ("tensorflow", "mesh_tensorflow") or n == "edgemesh_tf.mesh.compat":
+                if (n.split(".")[0] in ("tensorflow", "mesh_tensorflow") or n == "edgemesh_tf.mesh.compat"
+                        or n.startswith("edgemesh_tf.engine.runtime")):
                     bad.append((mod, n))
                 elif n.startswith("edgemesh_tf") and (os.path.exists(os.path.join(root, *n.split(".")) + ".py")
                                                       or os.path.isdir(os.path.join(root, *n.split(".")))):
                     todo.append(n)
-    assert "edgemesh_tf.engine.rules" in seen and "edgemesh_tf.sync.schedule" in seen
-    assert not bad, "TensorFlow imported by the decision modules: %s" % bad
+    assert "edgemesh_tf.engine.core.rules" in seen and "edgemesh_tf.sync.schedule" in seen
+    assert not bad, "TensorFlow or the engine's runtime imported by the decision modules: %s" % bad
 
 
 def test_bsp_evaluations_rates_and_target_stop():
@@ -157,7 +160,7 @@ def test_ashl_profiling_ahl_then_shl():
 
 
 def test_a_job_of_one_group_runs_one_phase_on_solo_rounds_whatever_the_strategy():
-    from edgemesh_tf.engine import rules
+    from edgemesh_tf.engine.core import rules
 
     for strategy in ("ashl", "adsp", "bsp"):
         cfg = JobConfig(groups=(GroupSpec("a", single_device_layout("/job:worker/task:0").to_dict(), 32),),
@@ -349,9 +352,8 @@ def test_records_round_trip_through_json(tmp_path):
 
 
 def test_the_chief_reaches_the_core_only_through_step_state_and_restore():
-    """engine/chief.py uses nothing of its machine (decide.Decisions) but step, state and restore."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    tree = ast.parse(open(os.path.join(root, "edgemesh_tf", "engine", "chief.py")).read())
+    """engine/runtime/chief.py uses nothing of its machine (decide.Decisions) but step, state and restore."""
+    tree = ast.parse(open(os.path.join(ROOT, "edgemesh_tf", "engine", "runtime", "chief.py")).read())
     used = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Attribute) and node.value.attr == "machine"}
     assert used == {"step", "state", "restore"}, used

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from edgemesh_tf.engine.evaluator import Evaluator, ReplicaLocks, held_out_indices
+from edgemesh_tf.engine.runtime.evaluator import Evaluator, ReplicaLocks, held_out_indices
 
 
 def test_results_come_in_order_at_the_interval_and_errors_reach_the_caller():
@@ -65,7 +65,7 @@ def test_stop_cancels_an_evaluation_that_checks_and_drops_its_result():
 def test_evaluate_stops_between_batches_once_cancelled():
     import numpy as np
 
-    from edgemesh_tf.engine.evaluator import evaluate
+    from edgemesh_tf.engine.runtime.evaluator import evaluate
 
     class Graph:
         logits, loss, images, labels = "logits", "loss", "images", "labels"

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from edgemesh_tf.engine import records
+from edgemesh_tf.engine.core import records
 from edgemesh_tf.engine.config import SyncConfig
-from edgemesh_tf.engine.job import default_groups, job_config, run_job
-from edgemesh_tf.engine.records import read
+from edgemesh_tf.engine.runtime.job import default_groups, job_config, run_job
+from edgemesh_tf.engine.core.records import read
 
 pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
 

@@ -1,10 +1,10 @@
-"""A replica graph of a split group (engine/graph.py): every whole tensor's pull, anchor, residual
+"""A replica graph of a split group (engine/runtime/graph.py): every whole tensor's pull, anchor, residual
 and delta live with its master, the masters spread over the group's devices, and a round trip
 (pull, train, copy to the masters, dense push) moves the ps by exactly the replica's change."""
 import numpy as np
 import pytest
 
-from edgemesh_tf.engine.graph import build_replica_graph
+from edgemesh_tf.engine.runtime.graph import build_replica_graph
 from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices

@@ -10,9 +10,9 @@ import numpy as np
 
 from edgemesh_tf.cluster.spec import load_cluster
 from edgemesh_tf.engine.config import SyncConfig
-from edgemesh_tf.engine.group import GroupRunner
-from edgemesh_tf.engine.job import default_groups, job_config
-from edgemesh_tf.engine.rules import GroupControl
+from edgemesh_tf.engine.runtime.group import GroupRunner
+from edgemesh_tf.engine.runtime.job import default_groups, job_config
+from edgemesh_tf.engine.core.rules import GroupControl
 from edgemesh_tf.mesh.compat import tf
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))

@@ -1,8 +1,8 @@
-"""The cost of the job the engine runs (engine/job_cost.py): each phase's rounds priced by the rules the
+"""The cost of the job the engine runs (engine/core/job_cost.py): each phase's rounds priced by the rules the
 chief applies, the planner choosing on it, and the prediction put beside a run's measurements."""
 import pytest
 
-from edgemesh_tf.engine import job_cost, rules
+from edgemesh_tf.engine.core import job_cost, rules
 from edgemesh_tf.engine.config import SyncConfig
 from edgemesh_tf.planner import plan
 from edgemesh_tf.planner.cost import GroupPrediction

@@ -12,10 +12,10 @@ import pytest
 
 from edgemesh_tf.cluster import emulated_cluster
 from edgemesh_tf.cluster.spec import load_cluster
-from edgemesh_tf.engine import records
+from edgemesh_tf.engine.core import records
 from edgemesh_tf.engine.config import GroupSpec, SyncConfig
-from edgemesh_tf.engine.job import STOP_REQUESTED, job_config, run_job
-from edgemesh_tf.engine.records import read
+from edgemesh_tf.engine.runtime.job import STOP_REQUESTED, job_config, run_job
+from edgemesh_tf.engine.core.records import read
 
 pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
 

@@ -1,9 +1,10 @@
-"""The launcher's decisions for lost groups (engine/rejoin.py), without servers: which devices
+"""The launcher's decisions for lost groups (engine/runtime/rejoin.py), without servers: which devices
 answer is given (`probe.answers` replaced by the test's own set), group processes are recorded."""
 import pytest
 
 from edgemesh_tf.data import load_dataset
-from edgemesh_tf.engine import records, rejoin
+from edgemesh_tf.engine.core import records
+from edgemesh_tf.engine.runtime import rejoin
 from edgemesh_tf.engine.config import GroupSpec, JobConfig
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner.model_stats import model_stats

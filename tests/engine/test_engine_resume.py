@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from edgemesh_tf.engine import records
-from edgemesh_tf.engine.records import read
+from edgemesh_tf.engine.core import records
+from edgemesh_tf.engine.core.records import read
 
 pytestmark = [pytest.mark.emulator, pytest.mark.subprocess]
 

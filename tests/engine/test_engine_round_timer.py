@@ -1,4 +1,4 @@
-"""engine/round_timer.py: two groups' rounds on a real testbed share one global model on the ps;
+"""engine/runtime/round_timer.py: two groups' rounds on a real testbed share one global model on the ps;
 each round commits once, moves the global model, and is timed per local iteration."""
 import os
 
@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_local_steps_must_be_positive(vgg_digits):
-    from edgemesh_tf.engine.round_timer import RoundRunner
+    from edgemesh_tf.engine.runtime.round_timer import RoundRunner
 
     with pytest.raises(ValueError, match="local_steps must be an int >= 1"):
         RoundRunner(vgg_digits, single_device_layout("/cpu:0"), 8, "", ps_device="/cpu:0", group="a",
@@ -21,7 +21,7 @@ def test_local_steps_must_be_positive(vgg_digits):
 @pytest.mark.emulator
 def test_two_groups_commit_to_one_global_model(vgg_digits):
     from edgemesh_tf.cluster import emulated_cluster, load_cluster
-    from edgemesh_tf.engine.round_timer import RoundRunner
+    from edgemesh_tf.engine.runtime.round_timer import RoundRunner
 
     cluster = load_cluster(os.path.join(ROOT, "layouts", "edge2.yaml"))
     with emulated_cluster(cluster) as em:

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from edgemesh_tf.engine import rules
+from edgemesh_tf.engine.core import rules
 from edgemesh_tf.engine.config import GroupSpec, JobConfig, SyncConfig
 from edgemesh_tf.sync.schedule import WorkerTiming
 

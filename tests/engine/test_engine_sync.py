@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from edgemesh_tf.data import load_dataset
-from edgemesh_tf.engine import records, rules
+from edgemesh_tf.engine.core import records, rules
 from edgemesh_tf.training import checkpoint
 from edgemesh_tf.engine.config import GroupSpec, SyncConfig
-from edgemesh_tf.engine.group import shard_stream
-from edgemesh_tf.engine.job import job_config, run_job
+from edgemesh_tf.engine.runtime.group import shard_stream
+from edgemesh_tf.engine.runtime.job import job_config, run_job
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.models import get_model

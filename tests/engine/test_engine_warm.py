@@ -1,4 +1,4 @@
-"""Warm group processes (engine/warm.py): one process serves job after job, each job's output in
+"""Warm group processes (engine/runtime/warm.py): one process serves job after job, each job's output in
 its own log; a stopped one is replaced; two identical BSP jobs in the same warm processes end
 with the same weights (nothing of the first job leaks into the second), also when the second sets up
 with the devices' CPU quotas and link rates lifted (fast_setup: restored before training starts and
@@ -11,11 +11,11 @@ import pytest
 
 from edgemesh_tf.cluster import emulated_cluster, netns
 from edgemesh_tf.cluster.spec import load_cluster
-from edgemesh_tf.engine import records
+from edgemesh_tf.engine.core import records
 from edgemesh_tf.training import checkpoint
 from edgemesh_tf.engine.config import GroupSpec, SyncConfig
-from edgemesh_tf.engine.job import job_config, run_job
-from edgemesh_tf.engine.warm import WarmGroups
+from edgemesh_tf.engine.runtime.job import job_config, run_job
+from edgemesh_tf.engine.runtime.warm import WarmGroups
 from edgemesh_tf.mesh.layout import single_device_layout
 
 pytestmark = [pytest.mark.subprocess]

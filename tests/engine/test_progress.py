@@ -1,4 +1,4 @@
-"""The progress lines' estimates (engine/progress.py) and their text (records.Eval, records.Phase),
+"""The progress lines' estimates (engine/core/progress.py) and their text (records.Eval, records.Phase),
 driven with plain numbers: bursty commit streams, synthetic accuracy curves, the chief's decisions."""
 import math
 import random
@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from edgemesh_tf.engine import decide, progress, records, rules
+from edgemesh_tf.engine.core import decide, progress, records, rules
 from edgemesh_tf.engine.config import GroupSpec, JobConfig, SyncConfig
-from edgemesh_tf.engine.rules import STAT_FIELDS
+from edgemesh_tf.engine.core.rules import STAT_FIELDS
 from edgemesh_tf.mesh.layout import single_device_layout
 from edgemesh_tf.sync.schedule import PHASES
 

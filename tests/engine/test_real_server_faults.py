@@ -19,8 +19,8 @@ import yaml
 
 from edgemesh_tf.cluster import launch, procs
 from edgemesh_tf.cluster.emulated_network import free_ports
-from edgemesh_tf.engine import records
-from edgemesh_tf.engine.records import read
+from edgemesh_tf.engine.core import records
+from edgemesh_tf.engine.core.records import read
 
 pytestmark = [pytest.mark.subprocess]
 

@@ -1,4 +1,4 @@
-"""SIGTERM and SIGINT (Ctrl-C) to the process running a job (engine/job.py's handler): the first asks
+"""SIGTERM and SIGINT (Ctrl-C) to the process running a job (engine/runtime/job.py's handler): the first asks
 the chief to stop at its next tick with a checkpoint, naming the signal; a second exits at once; the
 previous handlers come back after the job. (The whole path on real servers, SIGINT to `edgemesh
 train` through to the resumed rerun: test_real_server_faults.py.)"""
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from edgemesh_tf.engine.job import STOP_REQUESTED, _stop_on_signals, _stop_when_set
+from edgemesh_tf.engine.runtime.job import STOP_REQUESTED, _stop_on_signals, _stop_when_set
 
 
 class _Chief:

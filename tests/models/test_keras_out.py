@@ -1,4 +1,4 @@
-"""Keras out (``engine/export.py``, ``models/keras_out.py``): a run's checkpoint goes out as a
+"""Keras out (``engine/runtime/export.py``, ``models/keras_out.py``): a run's checkpoint goes out as a
 ``model.keras`` that plain Keras loads and that predicts what the mesh model predicts; a model that
 came in as Keras goes out with the same layers, names and classes, holding the trained weights; a
 model with a layer Keras has no equivalent for is refused before training."""
@@ -11,7 +11,7 @@ import pytest
 
 from model_eval import plain_logits
 from edgemesh_tf.training import checkpoint
-from edgemesh_tf.engine.export import export_run
+from edgemesh_tf.engine.runtime.export import export_run
 from edgemesh_tf.layers import build_model
 from edgemesh_tf import layers as L
 from edgemesh_tf.models import load_model

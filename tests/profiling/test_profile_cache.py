@@ -101,8 +101,8 @@ def _flops_profile(cluster, spec, batch):
 
 def test_the_main_job_plans_from_the_cached_profile_without_touching_the_servers(tmp_path, monkeypatch):
     from edgemesh_tf.engine.config import SyncConfig
-    from edgemesh_tf.engine.job import groups_of_plan
-    from edgemesh_tf.engine.main_job import check_profile, profile_and_plan
+    from edgemesh_tf.engine.runtime.job import groups_of_plan
+    from edgemesh_tf.main_job import check_profile, profile_and_plan
     from edgemesh_tf.profiling import run
 
     import sys

@@ -2,7 +2,7 @@
 
     final = run_job(cfg, load_cluster("layouts/edge4.yaml"), emulate=True)
 
-Each group's client runs `python -m edgemesh_tf.engine.group` against its first device's server;
+Each group's client runs `python -m edgemesh_tf.engine.runtime.group` against its first device's server;
 under the emulator it runs inside that device's network namespace, as a client on the device
 would. Group processes die with the launcher (PR_SET_PDEATHSIG) and are stopped by their pid when
 the job ends; their output goes to `<logdir>/groups/<name>.log`.
@@ -25,10 +25,10 @@ from edgemesh_tf.cluster import procs
 from edgemesh_tf.cluster.reach import Servers, reach_servers  # noqa: F401  (importable from here)
 from edgemesh_tf.cluster.reach import of_testbed as _of_testbed
 from edgemesh_tf.cluster.spec import ClusterFile
-from edgemesh_tf.engine import records
-from edgemesh_tf.engine.chief import Chief
+from edgemesh_tf.engine.core import records
+from edgemesh_tf.engine.runtime.chief import Chief
 from edgemesh_tf.engine.config import GroupSpec, JobConfig, JobSettings
-from edgemesh_tf.engine.rejoin import Rejoiner
+from edgemesh_tf.engine.runtime.rejoin import Rejoiner
 from edgemesh_tf.mesh.layout import single_device_layout
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -97,7 +97,7 @@ class GroupProcesses:
             self.procs[name] = self.pool.run(netns, argv, self.logs[name], self.env)
             self.started[name] = time.monotonic()
             return self.procs[name].pid
-        cmd = [sys.executable, "-m", "edgemesh_tf.engine.group"] + argv
+        cmd = [sys.executable, "-m", "edgemesh_tf.engine.runtime.group"] + argv
         if netns:
             cmd = ["ip", "netns", "exec", netns] + cmd
         with open(self.logs[name], "a") as log:

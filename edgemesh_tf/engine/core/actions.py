@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Sequence
 
-from edgemesh_tf.engine import records, rules
+from edgemesh_tf.engine.core import records, rules
 
 Totals = Mapping[str, Mapping[str, float]]  # {group: cumulative statistics (control.STAT_FIELDS)}
 

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from edgemesh_tf.cluster.rpc import run_idempotent
-from edgemesh_tf.engine.rules import CUMULATIVE, GLOBAL_FIELDS, STAT_FIELDS, GroupControl  # noqa: F401 (re-exported)
+from edgemesh_tf.engine.core.rules import CUMULATIVE, GLOBAL_FIELDS, STAT_FIELDS, GroupControl  # noqa: F401 (re-exported)
 from edgemesh_tf.sync.schedule import PHASES
 from edgemesh_tf.mesh.compat import tf
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from edgemesh_tf.engine import records, rules
-from edgemesh_tf.engine.actions import (ResetCounters, Snapshot, Totals, WriteControls, WriteGlobal, plan_view,
+from edgemesh_tf.engine.core import records, rules
+from edgemesh_tf.engine.core.actions import (ResetCounters, Snapshot, Totals, WriteControls, WriteGlobal, plan_view,
                                         steps_of)
 from edgemesh_tf.sync import schedule
 

@@ -24,12 +24,12 @@ import numpy as np
 
 from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.data import load_dataset
-from edgemesh_tf.engine import decide, records
+from edgemesh_tf.engine.core import decide, records
 from edgemesh_tf.training import checkpoint
 from edgemesh_tf.engine.config import JobConfig
-from edgemesh_tf.engine.evaluator import Evaluator, ReplicaLocks, evaluate, held_out_indices
-from edgemesh_tf.engine.graph import build_replica_graph
-from edgemesh_tf.engine.report import JobReport
+from edgemesh_tf.engine.runtime.evaluator import Evaluator, ReplicaLocks, evaluate, held_out_indices
+from edgemesh_tf.engine.runtime.graph import build_replica_graph
+from edgemesh_tf.engine.runtime.report import JobReport
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import single_device_layout
 from edgemesh_tf.models import initial_weights, load_model

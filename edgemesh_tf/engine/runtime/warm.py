@@ -7,8 +7,8 @@
 A group process spends ~7 s of CPU before its first round (importing TensorFlow ~4 s, generating
 digits32 ~3 s); a job's four groups and its chief do that at once on this machine's two cores, so
 a job took ~40 s to start. A benchmark of many short jobs on one testbed (bench/time_to_accuracy.py)
-keeps one warm process per network namespace instead: `python -m edgemesh_tf.engine.warm` reads one
-job per line on its stdin (the arguments of `python -m edgemesh_tf.engine.group` and the log file),
+keeps one warm process per network namespace instead: `python -m edgemesh_tf.engine.runtime.warm` reads one
+job per line on its stdin (the arguments of `python -m edgemesh_tf.engine.runtime.group` and the log file),
 runs `group.main` in-process with its stdout and stderr sent to that log, and answers on its own
 stdout with the exit code. Everything a job builds is its own (its tf.Graph, its session, its
 servers' container, reset at start), so jobs share only the imported modules and the cached dataset.
@@ -98,13 +98,13 @@ class WarmGroups:
         self._workers: dict[str | None, _Worker] = {}
 
     def run(self, netns: str | None, argv: list[str], log: str, env: dict) -> WarmJob:
-        """Starts `python -m edgemesh_tf.engine.group ARGV` in the warm process of `netns` (started
+        """Starts `python -m edgemesh_tf.engine.runtime.group ARGV` in the warm process of `netns` (started
         with `env` if there is none), its output appended to `log`."""
         worker = self._workers.get(netns)
         if worker is None or not worker.usable():
             if worker is not None and worker.proc.poll() is None:
                 procs.terminate(worker.proc, 5.0)  # still in a job that was abandoned: not reusable
-            cmd = [sys.executable, "-m", "edgemesh_tf.engine.warm"]
+            cmd = [sys.executable, "-m", "edgemesh_tf.engine.runtime.warm"]
             worker = self._workers[netns] = _Worker(["ip", "netns", "exec", netns] + cmd if netns else cmd, env)
         return worker.submit(argv, log)
 
@@ -136,7 +136,7 @@ class WarmGroups:
 def _run_one(argv: list[str], log: str) -> int:
     """group.main(argv) with fds 1 and 2 sent to `log`; its exit code (an uncaught error: 1, its
     traceback in the log)."""
-    from edgemesh_tf.engine import group
+    from edgemesh_tf.engine.runtime import group
     saved = os.dup(1), os.dup(2)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     sys.stdout.flush(), sys.stderr.flush()
@@ -156,7 +156,7 @@ def _run_one(argv: list[str], log: str) -> int:
 
 
 def main() -> int:
-    from edgemesh_tf.engine import group  # noqa: F401  (import TensorFlow before the first job)
+    from edgemesh_tf.engine.runtime import group  # noqa: F401  (import TensorFlow before the first job)
     for line in sys.stdin:
         job = json.loads(line)
         code = _run_one(job["argv"], job["log"])

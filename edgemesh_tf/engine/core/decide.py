@@ -36,15 +36,15 @@ import collections
 import dataclasses
 from typing import Mapping
 
-from edgemesh_tf.engine import progress, records, rules
-from edgemesh_tf.engine.actions import (STAGES, Evaluated, Finish, ProbePs, Rejoin, ResetCounters,  # noqa: F401
+from edgemesh_tf.engine.core import progress, records, rules
+from edgemesh_tf.engine.core.actions import (STAGES, Evaluated, Finish, ProbePs, Rejoin, ResetCounters,  # noqa: F401
                                         SaveCheckpoint, SetCounters, Snapshot, Stop, Totals, WriteControls,
                                         WriteGlobal, plan_view, steps_of)
 from edgemesh_tf.engine.config import JobConfig
-from edgemesh_tf.engine.drive_adsp import AdspDriver
-from edgemesh_tf.engine.drive_ashl import AshlDriver
-from edgemesh_tf.engine.liveness import Liveness
-from edgemesh_tf.engine.rules import CUMULATIVE
+from edgemesh_tf.engine.core.drive_adsp import AdspDriver
+from edgemesh_tf.engine.core.drive_ashl import AshlDriver
+from edgemesh_tf.engine.core.liveness import Liveness
+from edgemesh_tf.engine.core.rules import CUMULATIVE
 from edgemesh_tf.sync import schedule
 
 DRIVERS = {"ashl": AshlDriver, "adsp": AdspDriver}  # strategies whose decisions go beyond rules.py's controls

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-from edgemesh_tf.engine import records
-from edgemesh_tf.engine.actions import Snapshot, Totals, WriteControls
+from edgemesh_tf.engine.core import records
+from edgemesh_tf.engine.core.actions import Snapshot, Totals, WriteControls
 from edgemesh_tf.sync import adsp
 
 

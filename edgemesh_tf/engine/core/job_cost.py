@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Sequence
 
-from edgemesh_tf.engine import rules
+from edgemesh_tf.engine.core import rules
 from edgemesh_tf.engine.config import SyncConfig
 from edgemesh_tf.planner.cost import GroupPrediction
 from edgemesh_tf.planner.grid import STALENESS_PENALTY, staleness_charge

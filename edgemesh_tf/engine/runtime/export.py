@@ -1,7 +1,7 @@
 """Keras out: the trained global model of a run as ``<export_dir>/model.keras`` and a SavedModel,
 with its test accuracy computed by plain Keras.
 
-``export_run`` starts ``python -m edgemesh_tf.engine.export`` (Keras runs eagerly and the job's
+``export_run`` starts ``python -m edgemesh_tf.engine.runtime.export`` (Keras runs eagerly and the job's
 processes run TensorFlow in graph mode, so the export gets a fresh interpreter), waits for it at most
 ``timeout_s`` and returns what it printed: {"keras", "saved_model", "keras_accuracy", "checkpoint"}.
 The weights are the model the run's final evaluation measured (``<logdir>/final_model``), else the
@@ -28,7 +28,7 @@ def export_run(model: str, dataset: str | None, data_path: str | None, logdir: s
         os.path.join(logdir, "checkpoints"))
     if prefix is None:
         raise RuntimeError("export: no model under %s (final_model/ or checkpoints/) to export" % logdir)
-    cmd = [sys.executable, "-m", "edgemesh_tf.engine.export", "--model", model, "--checkpoint", prefix,
+    cmd = [sys.executable, "-m", "edgemesh_tf.engine.runtime.export", "--model", model, "--checkpoint", prefix,
            "--export_dir", export_dir] + (["--dataset", dataset] if dataset else []) + (
         ["--data_path", data_path] if data_path else [])
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

@@ -280,7 +280,7 @@ class PsLost(Record):
 
 @dataclasses.dataclass(frozen=True)
 class Final(Record):
-    """The job's end. groups: each group's totals (engine.control.STAT_FIELDS); curve: [[t, accuracy]];
+    """The job's end. groups: each group's totals (engine.runtime.control.STAT_FIELDS); curve: [[t, accuracy]];
     phase_transitions: [(phase, global step, t)]; phase_totals: {phase: each group's totals when it began};
     devices / group_time: JobReport.end's figures;
     group_exit_codes / testbed: filled in by the launcher."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from edgemesh_tf.engine import records, rules
+from edgemesh_tf.engine.core import records, rules
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.mesh.layout import layout_from_dict
 from edgemesh_tf.planner.model_stats import model_stats

@@ -1,6 +1,6 @@
 """One data-parallel group's client process: rounds of pull, local iterations, push, and waits.
 
-    python -m edgemesh_tf.engine.group --config JOB.json --group 2 --target grpc://127.0.0.1:2302
+    python -m edgemesh_tf.engine.runtime.group --config JOB.json --group 2 --target grpc://127.0.0.1:2302
 
 The process talks to the TF server of its group's first device (`--target`, in the emulator from
 inside that device's network namespace, as a client on the device itself would). It writes one
@@ -24,10 +24,10 @@ if __name__ == "__main__":  # a group's own process (started by job.py): TensorF
     tf_import.without_keras()
 
 from edgemesh_tf.data import batches, load_dataset  # noqa: E402 (after the choice above)
-from edgemesh_tf.engine import rules
+from edgemesh_tf.engine.core import rules
 from edgemesh_tf.engine.config import JobConfig
-from edgemesh_tf.engine.rules import CUMULATIVE
-from edgemesh_tf.engine.graph import ReplicaGraph, build_replica_graph
+from edgemesh_tf.engine.core.rules import CUMULATIVE
+from edgemesh_tf.engine.runtime.graph import ReplicaGraph, build_replica_graph
 from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import layout_from_dict
@@ -39,7 +39,7 @@ SOLO_STOP_CHECK_S = 1.0  # a group alone reads the stop flag this often (s) insi
 PROFILE_ROUNDS = 1
 
 
-GRAPHS_KEPT = 4  # graphs a warm process keeps (engine/warm.py): a benchmark interleaves a few configurations
+GRAPHS_KEPT = 4  # graphs a warm process keeps (engine/runtime/warm.py): a benchmark interleaves a few configurations
 _graphs: dict[str, ReplicaGraph] = {}  # by graph_key, oldest first
 
 

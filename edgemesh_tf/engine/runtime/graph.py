@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from edgemesh_tf.engine.control import ControlBoard
+from edgemesh_tf.engine.runtime.control import ControlBoard
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.layers import ModelSpec

@@ -20,7 +20,7 @@ import os
 import time
 from typing import Callable
 
-from edgemesh_tf.engine import records
+from edgemesh_tf.engine.core import records
 from edgemesh_tf.engine.config import JobSettings, SyncConfig, int_at_least, setting, validate
 
 _MIB = 1 << 20
@@ -82,11 +82,11 @@ def plan_summary(result, spec, cluster) -> dict:
 
 
 def predicted_vs_measured(result, cluster, sync: SyncConfig, final: dict) -> dict:
-    """The plan's cost of the job (engine/job_cost.py) per phase and group beside what the run measured:
+    """The plan's cost of the job (engine/core/job_cost.py) per phase and group beside what the run measured:
     {"rows": job_cost.compare's rows, "flagged": how many are off by more than job_cost.GAP,
     "groups": the number of groups (1: nothing between groups to coordinate)}."""
-    from edgemesh_tf.engine import job_cost
-    from edgemesh_tf.engine.job import groups_of_plan
+    from edgemesh_tf.engine.core import job_cost
+    from edgemesh_tf.engine.runtime.job import groups_of_plan
 
     names = [g.name for g in groups_of_plan(cluster, result, "the plan", 1)]
     preds = {n: g.prediction for n, g in zip(names, result.groups)}
@@ -99,7 +99,7 @@ def predicted_vs_measured(result, cluster, sync: SyncConfig, final: dict) -> dic
 
 def write_predicted_vs_measured(logdir: str, pvm: dict, t: float) -> None:
     """The comparison as the text "predicted_vs_measured" of TensorBoard's run "total" (at `t` s)."""
-    from edgemesh_tf.engine import job_cost
+    from edgemesh_tf.engine.core import job_cost
     from edgemesh_tf.summaries.writers import Writers
 
     tb = Writers(logdir, ["total"])
@@ -117,7 +117,7 @@ def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: Sync
     writes ``<logdir>/profile.json`` and ``<logdir>/plan.yaml``. Returns (profile, plan, profile path,
     plan path, cache), cache: {"entry": the cache file or None, "reused": bool, "age_s": age of a
     reused profile, "profiled_iteration_ms": {group: ms} the first job on it measured, or {}}. plan_options: of ``planner.plan`` (e.g. memory_fraction, groups)."""
-    from edgemesh_tf.engine import job_cost
+    from edgemesh_tf.engine.core import job_cost
     from edgemesh_tf.planner import write_plan
     from edgemesh_tf.planner.calibrate import steps_to_time
     from edgemesh_tf.profiling import cache as profile_cache
@@ -166,10 +166,10 @@ def check_profile(final: dict, cache: dict) -> dict:
 def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, servers, emulate: bool,
                   emit: Callable[[records.Record], None] = lambda rec: None, **wiring) -> dict:
     """Hybrid training of the plan at ``plan_path`` on reached ``servers`` with ``settings``;
-    returns the chief's final record (``engine.job.run_job``), with ``export`` (``engine.export``'s
+    returns the chief's final record (``engine.runtime.job.run_job``), with ``export`` (``engine.runtime.export``'s
     result, or {"error": why} when the export failed) when ``settings.export_dir`` is set. wiring:
     device_info, profile_path."""
-    from edgemesh_tf.engine.job import groups_of_plan, job_config, run_job
+    from edgemesh_tf.engine.runtime.job import groups_of_plan, job_config, run_job
     from edgemesh_tf.planner import load_plan
 
     groups = groups_of_plan(cluster, load_plan(plan_path), plan_path, batch)
@@ -179,7 +179,7 @@ def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, se
     final = run_job(cfg, cluster, emulate=emulate, emit=emit, testbed=servers.testbed,
                     fast_setup=servers.testbed is not None)
     if settings.export_dir:
-        from edgemesh_tf.engine.export import export_run
+        from edgemesh_tf.engine.runtime.export import export_run
 
         try:
             export = export_run(settings.model, settings.dataset, settings.data_path, settings.logdir,
@@ -204,7 +204,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
     """Runs the job (see the module docstring); returns the summary."""
     from edgemesh_tf.cluster.spec import load_cluster
     from edgemesh_tf.data import load_dataset
-    from edgemesh_tf.engine.job import reach_servers
+    from edgemesh_tf.engine.runtime.job import reach_servers
     from edgemesh_tf.models import initial_weights, load_model
     from edgemesh_tf.models.keras_out import check_exportable
     from edgemesh_tf.planner import format_table

@@ -17,7 +17,7 @@ import time
 from typing import Mapping
 
 from edgemesh_tf.cluster import probe
-from edgemesh_tf.engine import records
+from edgemesh_tf.engine.core import records
 from edgemesh_tf.engine.config import GroupSpec, JobConfig
 from edgemesh_tf.mesh.layout import single_device_layout
 

@@ -4,7 +4,7 @@
     H steps   local iterations on the group's layout
     push      the slices back to the masters, and their change to the ps (dense: AHL pushes dense)
 
-This is `engine/group.py`'s round on the same replica graph (`engine/graph.py`), without the chief,
+This is `engine/runtime/group.py`'s round on the same replica graph (`engine/runtime/graph.py`), without the chief,
 the control board, waits or a data stream (random examples, as `profile.step_timer.LayoutRunner`):
 what a hybrid grid's group costs per local iteration, its commits paid. bench/edgemesh_claims.py
 times the groups of a multi-group grid with it.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from edgemesh_tf.engine.graph import build_replica_graph
+from edgemesh_tf.engine.runtime.graph import build_replica_graph
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.layers import ModelSpec
