@@ -23,6 +23,19 @@ import pytest  # noqa: E402
 gc.disable()
 
 
+def pytest_collection_modifyitems(config, items):
+    """In pytest-xdist's workers (`make test`'s first pass; a module stays on one worker), the modules
+    with the most tests that start processes or are slow come first, the rest keep their order: a
+    long module handed out last would leave the other worker idle while it runs."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    weight = {}
+    for item in items:
+        heavy = any(item.get_closest_marker(m) for m in ("subprocess", "slow"))
+        weight[item.nodeid.split("::")[0]] = weight.get(item.nodeid.split("::")[0], 0) + heavy
+    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])  # stable: a module's tests stay in order
+
+
 def pytest_collection_finish(session):
     gc.enable()
     gc.collect()
