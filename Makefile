@@ -42,31 +42,31 @@ test-fast: install
 # QUICK=1: a 9 min smoke run of the same pipeline into bench/quick/ (not evidence).
 # The emulated benchmarks need root (network namespaces, cgroups).
 bench: install
-	$(BIN)/python bench/suite.py $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+	$(BIN)/python -m bench.suite $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 # The table of ASHL variants (each of the project's rules against the published ASHL), ~30 min, into the same report.
 bench-variants: install
-	$(BIN)/python bench/suite.py --only tta_variants $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+	$(BIN)/python -m bench.suite --only tta_variants $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 # ASHL's final accuracy against BSP converged (issue 16), ~45 min (2 seeds), into the same report.
 bench-final: install
-	$(BIN)/python bench/suite.py --only final_accuracy $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+	$(BIN)/python -m bench.suite --only final_accuracy $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 # The cost model's shared medium against the testbed's Wi-Fi channel (layouts/pi4wifi.yaml), ~20 min, into the same report.
 bench-wifi: install
-	$(BIN)/python bench/suite.py --only planner_wifi $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+	$(BIN)/python -m bench.suite --only planner_wifi $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 # The cost model of VGG-16 on the Pi-class cluster over three rounds (layouts/pi4.yaml), ~60 min, into the same report.
 bench-pi4: install
-	$(BIN)/python bench/suite.py --only planner_pi4 $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+	$(BIN)/python -m bench.suite --only planner_pi4 $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 # A user's model file (examples/lenet_bn.py) on pi4 against plain TF on one device, 3 seeds, ~11 min, into the same report.
 bench-own-model: install
-	$(BIN)/python bench/suite.py --only own_model $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+	$(BIN)/python -m bench.suite --only own_model $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 # The main job's set-up on a first run and on a rerun with the cached profile (layouts/pi4.yaml), 3 pairs, ~12 min, into the same report.
 bench-setup: install
-	$(BIN)/python bench/suite.py --only setup_time $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
+	$(BIN)/python -m bench.suite --only setup_time $(if $(QUICK),--quick --results bench/quick/results --out bench/quick,)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,7 +1,6 @@
 """The figures of bench/edgemesh_claims.py computed from its record (pure, no TensorFlow): the issue's
 checks, a named option's figures beside them, and the bounds that say why a check is out of reach.
-The benchmark writes them into its record; the report (bench/report_claims.py) reads the same
-functions, so a record of an older run is explained by today's reading of its measurements."""
+The benchmark writes them into its record and the report (bench/report_claims.py) reads the same functions."""
 from __future__ import annotations
 
 import statistics
@@ -14,8 +13,7 @@ PREDICTED_LAYOUTS = ("filter_split", "hybrid", "even", "memory_capped")  # plans
 
 
 def alone_figures(modes: dict) -> tuple[dict[str, float], int | None]:
-    """The baselines of the devices alone (pure): ({device: ms per example} of those timed, the
-    largest peak bytes of those whose memory was measured, None if none)."""
+    """({device: ms per example} of the devices timed alone, the largest peak alone or None) (pure)."""
     alone = {k.split(":", 1)[1]: v for k, v in modes.items() if k.startswith("alone:")}
     delays = {n: v["ms_per_example"] for n, v in alone.items() if "ms_per_example" in v}
     peaks = [max(v["peak_bytes"].values()) for v in alone.values() if "peak_bytes" in v]
@@ -65,10 +63,9 @@ def option_figures(out: dict, mode: str) -> dict:
 
 
 def compute_bound(out: dict) -> dict | None:
-    """What no division can beat (pure): with every worker's compute used in full and no
-    communication, delay per example = the fastest alone's / (sum of the profiled speeds relative
-    to the fastest). {"speed_sum": that sum, "fastest_over_bound", "mean_over_bound": the delay
-    ratios at that bound, "hybrid_share_of_bound": the hybrid's fastest-alone ratio over it}."""
+    """What no division can beat (pure): with every worker's compute used in full and no communication,
+    delay per example = the fastest alone's / (sum of the profiled speeds relative to the fastest).
+    {"speed_sum", "fastest_over_bound", "mean_over_bound", "hybrid_share_of_bound"}."""
     speeds, m = out.get("profiled_speed"), out["modes"]
     alone = alone_figures(m)[0]
     if not speeds or not alone:
@@ -88,13 +85,10 @@ def plan_devices(out: dict) -> list[str]:
 
 
 def data_parallel_bound(out: dict) -> dict | None:
-    """Why the hybrid's lead over synchronous data parallelism is what it is (pure). Each at its
-    compute bound (its devices' compute used in full, no communication: the fastest alone's delay over
-    the sum of their profiled speeds), and the share of that bound each reached.
-    {"data_parallel_speed_sum", "hybrid_speed_sum" (the plan's devices), "ratio_at_bounds": data
-    parallelism's bound over the hybrid's, "data_parallel_share_of_bound", "hybrid_share_of_bound",
-    "hybrid_share_needed": the hybrid's share at which data parallelism as measured is the
-    threshold's times slower}; None without the figures."""
+    """Why the hybrid's lead over synchronous data parallelism is what it is (pure): each one's compute
+    bound (the fastest alone's delay over the sum of its devices' profiled speeds), the share of it
+    each reached, and the hybrid's share at which data parallelism as measured would be the
+    threshold's times slower ("hybrid_share_needed"); None without the figures."""
     speeds, m = out.get("profiled_speed"), out["modes"]
     alone, dp, hybrid = alone_figures(m)[0], m.get("data_parallel", {}), m.get("hybrid", {})
     on, dp_on = plan_devices(out), dp.get("devices", [])
@@ -111,9 +105,8 @@ def data_parallel_bound(out: dict) -> dict | None:
 
 
 def memory_spread(out: dict) -> dict | None:
-    """Where the hybrid's largest peak is (pure): {"max_device", "max_peak_over_alone_peak",
-    "mean_peak_over_alone_peak", "max_device_speed_share": that device's profiled speed over the sum
-    of the plan's devices' (the share of each layer a division by time gives it)}; None without peaks."""
+    """Where the hybrid's largest peak is (pure): the device, its peak and the mean over the largest
+    alone, and its share of the plan's profiled speed (of each layer, by time); None without peaks."""
     peaks, peak_alone = out["modes"].get("hybrid", {}).get("peak_bytes"), alone_figures(out["modes"])[1]
     speeds, on = out.get("profiled_speed") or {}, plan_devices(out)
     if not peaks or not peak_alone:

@@ -1,9 +1,9 @@
 """Emulated testbed check: does each device deliver the speed, bandwidth and latency of its file?
 
-    python bench/emulation.py --cluster layouts/edge4.yaml     # prints JSON; exit 1 if off by >15%
-    python bench/emulation.py --cluster layouts/pi4.yaml       # the realistic edge cluster (1 Gbit/s)
-    python bench/emulation.py --cluster layouts/pi4wifi.yaml   # devices sharing one Wi-Fi channel
-    python bench/emulation.py --forwarder_only                 # CPU of the delay forwarder per MB
+    python -m bench.emulation --cluster layouts/edge4.yaml     # prints JSON; exit 1 if off by >15%
+    python -m bench.emulation --cluster layouts/pi4.yaml       # the realistic edge cluster (1 Gbit/s)
+    python -m bench.emulation --cluster layouts/pi4wifi.yaml   # devices sharing one Wi-Fi channel
+    python -m bench.emulation --forwarder_only                 # CPU of the delay forwarder per MB
 
 Every run also reports the delay forwarder's cost (`forwarder`): CPU seconds per MB it carries, at
 full speed and paced at 1 Gbit/s, and the throughput one core of this machine could carry. A
@@ -19,13 +19,11 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import app, flags
+
+from edgemesh_tf.cluster import emulated_cluster, forwarder, free_ports, measure
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from absl import app, flags  # noqa: E402
-
-from edgemesh_tf.cluster import emulated_cluster, forwarder, measure  # noqa: E402
-from edgemesh_tf.cluster.emulated_network import free_ports  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file.")

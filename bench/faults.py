@@ -1,23 +1,18 @@
-"""Faults on the emulated testbed, one JSON row per scenario (issue 7).
+"""Faults on the emulated testbed, one JSON row per scenario (issue 7), every scenario one function.
 
-    python bench/faults.py --cluster layouts/edge4.yaml [--target 0.97] [--quick]
+    python -m bench.faults --cluster layouts/edge4.yaml [--target 0.97] [--scenarios a,b,c,d,e] [--quick]
 
-  a  the slowest device killed at ~30% of a fault-free ASHL run's time to target: the job still
+  a  the slowest device killed at 30% of a fault-free ASHL run's time to target: the job still
      reaches the target, in <= 1.3x the fault-free time
   b  a device killed during BSP, and during ASHL's SHL: no hang, the run finishes
-  c  the ps killed: the job stops within 30 s naming the ps task; a restart resumes from the
-     checkpoint
-  d  the fastest device slowed 3x mid-run (its cgroup quota): ASHL re-plans on the drift and its
-     throughput recovers to >= 80% of a fresh plan's for the new speeds
-  e  a killed device restarted: re-admitted and used again. Two rows: ASHL with one group per
-     device (edge1 killed, its server restarted once the group is lost: the group is restarted,
-     re-admitted and ASHL re-plans with it); and two model-parallel groups of two devices (edge1
-     killed: its group is re-planned over edge0 and re-admitted; edge1 restarted: the group comes
-     back on both devices)
-All scenarios run on one testbed: a killed server is started again before the next run (as a
-rebooted device would come back) and a slowed device is set back to its speed before the next
-scenario. Devices are killed with SIGKILL at the chief's first
-record that meets the scenario's condition. --quick: lower target, shorter budgets (a smoke run).
+  c  the ps killed: the job stops within 30 s naming the ps task; a restart resumes from the checkpoint
+  d  the fastest device slowed 3x mid-run: ASHL re-plans on the drift and its throughput recovers to
+     >= 80% of a fresh plan's for the new speeds
+  e  a killed device restarted, re-admitted and used again: ASHL with one group per device, and two
+     model-parallel groups of two devices (the victim's group re-planned over the device left first)
+All scenarios run on one testbed, each from every server running at its configured speed. Devices
+are killed with SIGKILL at the chief's first record that meets the scenario's condition. --quick:
+lower target, shorter budgets (a smoke run).
 """
 import argparse
 import json
@@ -29,18 +24,8 @@ import threading
 import time
 import traceback
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from edgemesh_tf.cluster import emulated_cluster, load_cluster  # noqa: E402
-from edgemesh_tf.engine import records  # noqa: E402
-from edgemesh_tf.engine.chief import PSLost  # noqa: E402
-from edgemesh_tf.engine.config import SyncConfig  # noqa: E402
-from edgemesh_tf.engine.job import default_groups, job_config, run_job  # noqa: E402
-
-
-def _slowest(cluster):
-    return min(cluster.workers, key=lambda d: (d.speed or 1.0, d.name)).name
+from edgemesh_tf.cluster import emulated_cluster, load_cluster
+from edgemesh_tf.engine import GroupSpec, PSLost, SyncConfig, default_groups, job_config, run_job, records
 
 
 def _job(cluster, em, args, logdir, sync, kill=None, act=None, **kw):
@@ -78,8 +63,12 @@ def _lost(final):
     return final.get("lost_groups") if isinstance(final, dict) else None
 
 
+def _error(final):
+    return None if isinstance(final, dict) else str(final)
+
+
 def scenario_a(cluster, args, work, em):
-    slow = _slowest(cluster)
+    slow = min(cluster.workers, key=lambda d: (d.speed or 1.0, d.name)).name
     base, _, _ = _job(cluster, em, args, os.path.join(work, "a-base"), SyncConfig(strategy="ashl"))
     t_base = base.get("time_to_target_s") if isinstance(base, dict) else None
     row = {"scenario": "a", "what": f"ASHL, slowest device {slow} killed at 30% of the fault-free time to "
@@ -92,7 +81,7 @@ def scenario_a(cluster, args, work, em):
     ratio = None if t is None else round(t / t_base, 3)
     return {**row, "killed_at_s": killed.get("t"), "time_to_target_s": t, "over_fault_free": ratio,
             "lost_groups": _lost(final), "ok": bool(killed) and ratio is not None and ratio <= 1.3,
-            "error": None if isinstance(final, dict) else str(final)}
+            "error": _error(final)}
 
 
 def scenario_b(cluster, args, work, em):
@@ -110,9 +99,8 @@ def scenario_b(cluster, args, work, em):
                      "killed_at_s": killed.get("t"), "finished": finished, "wall_s": wall,
                      "budget_s": args.b_budget_s, "lost_groups": _lost(final),
                      "ok": bool(killed) and finished and _lost(final) == [victim],
-                     "error": None if isinstance(final, dict) else str(final)})
+                     "error": _error(final)})
     return rows
-
 
 
 def scenario_c(cluster, args, work, em):
@@ -161,7 +149,7 @@ def scenario_d(cluster, args, work, em):
         replans = [r for r in records.read(logdir) if isinstance(r, records.Replan) and r.why.startswith("drift")]
         runs[label] = {"examples_per_sec": _rate(logdir, window), "slowed_at_s": info.get("t"),
                        "drift_replans": [{"t": r.t, "why": r.why[:160]} for r in replans],
-                       "error": None if isinstance(final, dict) else str(final)}
+                       "error": _error(final)}
     a, b = runs["slowed_mid_run"]["examples_per_sec"], runs["fresh_plan"]["examples_per_sec"]
     ratio = None if not a or not b else round(a / b, 3)
     replanned = any(victim in r["why"] and r["t"] >= slow_at for r in runs["slowed_mid_run"]["drift_replans"])
@@ -184,7 +172,6 @@ def _first(logdir, predicate, job, timeout_s):
 
 def _planned_groups(cluster):
     """edge0-edge1 and edge2-edge3, filters split 2:1 and 1:1 (the first four workers)."""
-    from edgemesh_tf.engine.config import GroupSpec
     w = [d.device_string for d in cluster.workers[:4]]
     names = [d.name for d in cluster.workers[:4]]
 
@@ -262,6 +249,9 @@ def scenario_e(cluster, args, work, em):
     return rows
 
 
+SCENARIOS = {"a": scenario_a, "b": scenario_b, "c": scenario_c, "d": scenario_d, "e": scenario_e}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster", default="layouts/edge4.yaml")
@@ -281,23 +271,15 @@ def main():
     work = tempfile.mkdtemp(prefix="faults-")
     t0 = time.time()
     chosen = [x for x in args.scenarios.split(",") if x]
-    unknown = sorted(set(chosen) - set("abcde"))
+    unknown = sorted(set(chosen) - set(SCENARIOS))
     if unknown:
-        sys.exit(f"bench/faults.py: unknown scenarios {unknown}; expected some of a, b, c, d, e")
+        sys.exit(f"bench.faults: unknown scenarios {unknown}; expected some of a, b, c, d, e")
     rows = []
     with emulated_cluster(cluster) as em:
         for x in chosen:
             _as_configured(em)
-            if x == "a":
-                rows.append(scenario_a(cluster, args, work, em))
-            elif x == "b":
-                rows += scenario_b(cluster, args, work, em)
-            elif x == "c":
-                rows.append(scenario_c(cluster, args, work, em))
-            elif x == "d":
-                rows.append(scenario_d(cluster, args, work, em))
-            else:
-                rows += scenario_e(cluster, args, work, em)
+            row = SCENARIOS[x](cluster, args, work, em)
+            rows += row if isinstance(row, list) else [row]
     out = {"cluster": args.cluster, "target_accuracy": args.target, "logdirs": work, "scenarios": rows,
            "all_ok": all(r["ok"] for r in rows), "seconds": round(time.time() - t0, 1)}
     print(json.dumps(out, indent=1))

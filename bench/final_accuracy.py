@@ -1,17 +1,14 @@
 """Final accuracy of ASHL (as published) against BSP's converged accuracy (issue 16: "within 1 point
 of BSP's"), on the time-to-accuracy task (digits32 + vgg_m, batch 32 per group).
 
-    python bench/final_accuracy.py [--cluster layouts/edge4.yaml] [--seeds 2] [--ashl_budget_s 300]
-        [--bsp_budget_s 900]          # prints one JSON object; `make bench-final` (~45 min)
+    python -m bench.final_accuracy [--cluster layouts/edge4.yaml] [--seeds 2] [--ashl_budget_s 300]
+        [--bsp_budget_s 900]          # prints one JSON object; `make bench-final`
 
-ASHL trains under the cluster's limits for --ashl_budget_s with no target (to its plateau). BSP
-trains on the same testbed with every limit lifted (CPU quotas and link rates; latency stays): each
-of its iterations waits for every group, which applies the same averaged update to the same model
-whatever the devices' speeds, so its curve per iteration is BSP's under the limits, only faster.
-Under edge4's limits BSP makes ~19 iterations in 150 s and would need ~25 minutes per run to
-converge; lifted it makes ~1 iteration a second (the four groups, the ps and the chief share the
-machine's two cores). At 600 s one of two BSP runs still climbed (0.9 points in its last
-quarter), hence 900 s. Seeds interleave (ASHL, BSP, ASHL, ...).
+Two modes, seeds interleaved (ASHL, BSP, ASHL, ...) on one testbed: `ashl_run` trains under the
+cluster's limits for --ashl_budget_s with no target (to its plateau); `bsp_run` trains with every
+limit lifted (CPU quotas and link rates; latency stays): each BSP iteration waits for every group,
+which applies the same averaged update to the same model whatever the devices' speeds, so its curve
+per iteration is BSP's under the limits, only reached in far less time.
 
 A run has converged when the best accuracy of its last quarter (by time) is within PLATEAU of the
 best before it. The check (ASHL's median final accuracy - BSP's >= -0.01) is decided when every
@@ -26,11 +23,8 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-
-from tta_plan import DEFAULTS, sync_config  # noqa: E402
+from bench.tta_plan import DEFAULTS, sync_config
+from edgemesh_tf.cluster import emulated_cluster, load_cluster
 
 PLATEAU = 0.005  # accuracy (0-1) the last quarter of a converged run may still add
 TOLERANCE = 0.01  # issue 16: within 1 point of BSP's final accuracy
@@ -65,26 +59,32 @@ def decide(ashl: list[dict], bsp: list[dict], tolerance: float = TOLERANCE) -> d
     return out
 
 
-def run(name: str, seed: int, args, cluster, em, pool, workdir: str) -> dict:
-    from edgemesh_tf.engine.job import default_groups, job_config, run_job
-    budget = args.ashl_budget_s if name == "ashl" else args.bsp_budget_s
+def _train(name: str, seed: int, budget: float, args, cluster, em, pool, workdir: str, lifted: bool) -> dict:
+    """One run of strategy ``name`` to its budget, no target; its accuracy, steps, convergence and curve."""
+    from edgemesh_tf.engine import default_groups, job_config, run_job  # TensorFlow: when run
     cfg = job_config(cluster, default_groups(cluster, args.batch), sync=sync_config(name), model=args.model,
                      dataset=args.dataset, target_accuracy=None, time_budget_s=budget,  # None: to the budget
                      eval_interval_s=args.eval_interval_s, checkpoint_interval_s=600.0, seed=seed,
                      logdir=os.path.join(workdir, f"{name}-{seed}"))
-    lifted = name == "bsp"
     t0 = time.monotonic()
-    if lifted:
-        em.lift_limits()
-    try:
-        final = run_job(cfg, cluster, testbed=em, pool=pool, fast_setup=not lifted)
-    finally:
-        if lifted:
-            em.restore_limits()
-    curve = final["curve"]
+    final = run_job(cfg, cluster, testbed=em, pool=pool, fast_setup=not lifted)
     return {"seed": seed, "limits": "lifted" if lifted else "as in " + cluster.path, "budget_s": budget,
-            "accuracy": final["accuracy"], "global_steps": final["global_steps"], "converged": converged(curve),
-            "wall_s": round(time.monotonic() - t0, 1), "curve": curve}
+            "accuracy": final["accuracy"], "global_steps": final["global_steps"], "converged": converged(final["curve"]),
+            "wall_s": round(time.monotonic() - t0, 1), "curve": final["curve"]}
+
+
+def ashl_run(seed, args, cluster, em, pool, workdir) -> dict:
+    """ASHL as published under the cluster's limits for --ashl_budget_s."""
+    return _train("ashl", seed, args.ashl_budget_s, args, cluster, em, pool, workdir, lifted=False)
+
+
+def bsp_run(seed, args, cluster, em, pool, workdir) -> dict:
+    """BSP with every limit lifted for --bsp_budget_s (its curve per iteration is BSP's under them)."""
+    em.lift_limits()
+    try:
+        return _train("bsp", seed, args.bsp_budget_s, args, cluster, em, pool, workdir, lifted=True)
+    finally:
+        em.restore_limits()
 
 
 def main(argv=None):
@@ -95,20 +95,18 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=32, help="batch per group and local iteration")
     p.add_argument("--seeds", type=int, default=2, help="runs of each strategy (interleaved)")
     p.add_argument("--ashl_budget_s", type=float, default=300.0, help="ASHL's training time under the limits (s)")
-    p.add_argument("--bsp_budget_s", type=float, default=900.0, help="BSP's training time, limits lifted (s): "
-                   "lifted, the four groups, the ps and the chief share the machine's two cores (~1.2 s an iteration)")
+    p.add_argument("--bsp_budget_s", type=float, default=900.0, help="BSP's training time, limits lifted (s)")
     p.add_argument("--eval_interval_s", type=float, default=5.0, help="s between evaluations (the chief's CPU)")
     args = p.parse_args(argv)
-    from edgemesh_tf.cluster import emulated_cluster, load_cluster
-    from edgemesh_tf.engine.warm import WarmGroups
+    from edgemesh_tf.engine import WarmGroups
     cluster = load_cluster(args.cluster)
     t0 = time.monotonic()
     runs = {"ashl": [], "bsp": []}
     with tempfile.TemporaryDirectory(prefix="final-accuracy-") as workdir, \
             emulated_cluster(cluster) as em, WarmGroups() as pool:
         for seed in range(args.seeds):
-            for name in ("ashl", "bsp"):
-                runs[name].append(run(name, seed, args, cluster, em, pool, workdir))
+            for name, mode in (("ashl", ashl_run), ("bsp", bsp_run)):
+                runs[name].append(mode(seed, args, cluster, em, pool, workdir))
                 r = runs[name][-1]
                 print(f"[final] {name} seed {seed}: accuracy {r['accuracy']:.4f} after {r['budget_s']:.0f} s "
                       f"({r['global_steps']} steps, converged {r['converged']})", file=sys.stderr, flush=True)

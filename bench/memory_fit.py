@@ -1,28 +1,20 @@
 """Measured peak memory per device against the planner's memory model, and the model's fit.
 
-    python bench/memory_fit.py [--models vgg,vgg_wide,vgg_m,vgg16] [--batches 8,32] [--ways 1,2,4]
+    python -m bench.memory_fit [--models vgg,vgg_wide,vgg_m,vgg16] [--batches 8,32] [--ways 1,2,4]
         [--dataset cifar10] [--steps 10] [--replica-models vgg16,vgg_wide] [--simd_bits 512,128] [--write]
 
 For every model, batch and even filter split over `ways` devices, a fresh set of TF servers (one
-per device, no CPU or memory limit: the peak is what the device needs) trains the split for
---steps steps; each server's peak resident memory above its idle RSS (VmHWM, `step_timer`) is a
-point. Ten steps, not three: a server's peak creeps up over its first steps as freed buffers
-fragment its heap, and levels off by about the tenth (VGG-16 split two ways: a plain step 298 and
-265 MiB after 3 steps, 316 and 329 after 10, 321 and 329 after 12; an engine replica 398 and 416
-after 3 rounds, 458 and 465 after 10, 460 and 465 after 12). A long run lives at the level. The
-split's whole (master) tensors are spread over its devices (training/graph.py's default).
-Every point is measured at each SIMD width of --simd_bits (cluster/simd.py: oneDNN at 128 bits, as
-the Pi-class devices of layouts/pi4.yaml compute, picks other kernels and their scratch: VGG-16's
-peaks at batch 32 are 2-9% higher there), and one fit covers them all.
-The memory model's coefficients (planner/memory.py) are fitted to all points by relative
-least squares; the JSON reports every point with the fitted and the plain-count (`COUNTED`)
-prediction, the largest relative error of each, and the fit's error on each model when that model
-is left out of the fit (how well it predicts a model it has not seen). The engine replicas of
---replica-models (engine/round_timer.py: its anchors, residuals and the pull's and push's buffers,
-the session again on a chief), split the same ways at the largest batch, fit the replica terms:
-their peaks less the plain fit's prediction, against P / k and whether the group is split. The
-fit's error over all points is the planner's memory headroom (planner/grid.py). --write stores the
-fit in
+per device, no CPU or memory limit: the peak is what the device needs) trains the split for --steps
+steps (`measure`); each server's peak resident memory above its idle RSS is a point. Ten steps by
+default: a server's peak creeps up over its first steps as freed buffers fragment its heap, and
+levels off by about the tenth, where a long run lives. Every point is measured at each SIMD width of
+--simd_bits (oneDNN picks other kernels and scratch at 128 bits, as the Pi-class devices compute),
+and one fit covers them all. The engine replicas of --replica-models (`measure(replica=True)`: its anchors,
+residuals and the pull's and push's buffers), split the same ways at the largest batch, fit the
+replica terms. `report` fits the memory model's coefficients (planner/memory.py) to all points by
+relative least squares and gives every point with the fitted and the plain-count (`COUNTED`)
+prediction, the largest error of each and each model's error when it is left out of the fit; the
+fit's error over all points is the planner's memory headroom. --write stores the fit in
 edgemesh_tf/planner/memory_fit.json, which the planner then uses. Prints one JSON object.
 """
 import argparse
@@ -33,18 +25,15 @@ import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from edgemesh_tf.cluster import emulated_cluster, free_ports, parse_cluster
+from edgemesh_tf.data import IMAGE_SHAPES
+from edgemesh_tf.engine import RoundRunner
+from edgemesh_tf.mesh import even_split_layout, single_device_layout
+from edgemesh_tf.models import get_model
+from edgemesh_tf.planner import memory, model_stats
+from edgemesh_tf.profiling import PeakWatch, measure_memory
 
-from edgemesh_tf.cluster import emulated_cluster  # noqa: E402
-from edgemesh_tf.cluster.emulated_network import free_ports  # noqa: E402
-from edgemesh_tf.cluster.spec import parse_cluster  # noqa: E402
-from edgemesh_tf.data import IMAGE_SHAPES  # noqa: E402
-from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout  # noqa: E402
-from edgemesh_tf.models import get_model  # noqa: E402
-from edgemesh_tf.planner import memory  # noqa: E402
-from edgemesh_tf.planner.model_stats import model_stats  # noqa: E402
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def _testbed(ways: int, simd_bits: int):
@@ -57,51 +46,36 @@ def _testbed(ways: int, simd_bits: int):
            {"name": "chief", "role": "chief", "host": "127.0.0.1", "port": ports[ways + 1]}]})
 
 
-def _even(spec, devices):
-    return (single_device_layout(devices[0]), {}) if len(devices) == 1 else even_split_layout(spec.split_dims(), devices)
-
-
-def _held(stats, shares, i):
-    return [shares[d.name][i] if d.name in shares else d.units for d in stats.dims]
-
-
-def measure(spec, batch: int, ways: int, steps: int, simd_bits: int) -> tuple[list[tuple[list[int], int]], int]:
+def measure(spec, batch: int, ways: int, steps: int, simd_bits: int, replica: bool = False):
     """([(units held per dim, peak bytes)] of each device training `spec` split evenly over `ways`,
-    peak bytes of the server hosting the session). The session is hosted apart (a "chief" server,
-    which also holds the input placeholders), as the benchmarks do: a session's master costs its
-    host 50-130 MiB (the graph, its optimisation and partitions), which would hide the devices' own."""
-    from edgemesh_tf.profiling.step_timer import measure_memory
+    peak bytes of the server hosting the session, None for a replica). The session is hosted apart (a
+    "chief" server, which also holds the input placeholders), as the benchmarks do: a session's master
+    costs its host tens of MiB (the graph, its optimisation and partitions), which would hide the
+    devices' own. ``replica``: an engine replica (RoundRunner: pull, a local iteration, a dense push,
+    `steps` rounds) instead of a plain training step."""
     cluster = _testbed(ways, simd_bits)
     names = [d.name for d in cluster.workers]
     stats = model_stats(spec, batch)
     with emulated_cluster(cluster, network="userspace", compute="off", memory="off") as em:
-        layout, shares = _even(spec, [em.device(n) for n in names])
-        m = measure_memory(spec, layout, batch, em.session_target, em.device("chief"),
-                           {n: em.devices[n].pid for n in names + ["chief"]}, names + ["chief"], steps=steps)
-    return [(_held(stats, shares, i), m.peak_bytes[n]) for i, n in enumerate(names)], m.peak_bytes["chief"]
-
-
-def measure_replica(spec, batch: int, ways: int, rounds: int, simd_bits: int) -> list[tuple[list[int], int]]:
-    """[(units held per dim, peak bytes)] of each device of an engine replica (engine/round_timer.py:
-    pull, a local iteration, a dense push, `rounds` times) of `spec` split evenly over `ways`, its
-    session hosted apart on the chief as in `measure`."""
-    from edgemesh_tf.engine.round_timer import RoundRunner
-    from edgemesh_tf.profiling.step_timer import PeakWatch
-    cluster = _testbed(ways, simd_bits)
-    names = [d.name for d in cluster.workers]
-    stats = model_stats(spec, batch)
-    with emulated_cluster(cluster, network="userspace", compute="off", memory="off") as em:
-        layout, shares = _even(spec, [em.device(n) for n in names])
-        watch = PeakWatch({n: em.devices[n].pid for n in names})
-        runner = RoundRunner(spec, layout, batch, em.session_target, ps_device=em.device("ps0"), group="g",
-                             groups=["g"], local_steps=1, initialize_ps=True)
-        try:
-            for _ in range(rounds):
-                runner.round_ms()
-        finally:
-            runner.close()
-        peaks = watch.peaks()
-    return [(_held(stats, shares, i), peaks[n]) for i, n in enumerate(names)]
+        devices = [em.device(n) for n in names]
+        layout, shares = (single_device_layout(devices[0]), {}) if ways == 1 else even_split_layout(
+            spec.split_dims(), devices)
+        if replica:
+            watch = PeakWatch({n: em.devices[n].pid for n in names})
+            runner = RoundRunner(spec, layout, batch, em.session_target, ps_device=em.device("ps0"), group="g",
+                                 groups=["g"], local_steps=1, initialize_ps=True)
+            try:
+                for _ in range(steps):
+                    runner.round_ms()
+            finally:
+                runner.close()
+            peaks = watch.peaks()
+        else:
+            peaks = measure_memory(spec, layout, batch, em.session_target, em.device("chief"),
+                                   {n: em.devices[n].pid for n in names + ["chief"]}, names + ["chief"],
+                                   steps=steps).peak_bytes
+    held = lambda i: [shares[d.name][i] if d.name in shares else d.units for d in stats.dims]  # noqa: E731
+    return [(held(i), peaks[n]) for i, n in enumerate(names)], peaks.get("chief")
 
 
 def report(points, models, sessions=(), replicas=()) -> dict:
@@ -195,7 +169,7 @@ def main():
             stats = model_stats(spec, b)
             for w in ways:
                 replicas += [(m, stats, held, peak, w, i) for i, (held, peak) in
-                             enumerate(measure_replica(spec, b, w, args.steps, bits))]
+                             enumerate(measure(spec, b, w, args.steps, bits, replica=True)[0])]
                 replica_bits += [bits] * w
                 print(f"[memory_fit] {m} replica batch {b} on {w} at {bits} bits: "
                       f"{[round(pt[3] / 2 ** 20) for pt in replicas[-w:]]} MiB", file=sys.stderr, flush=True)
@@ -205,14 +179,13 @@ def main():
             row["simd_bits"] = b
     out = {"dataset": args.dataset, "steps": args.steps, **fit,
            "seconds": round(time.time() - t0, 1),
-           "command": " ".join(["python", "bench/memory_fit.py", *sys.argv[1:]])}
+           "command": " ".join(["python", "-m", "bench.memory_fit", *sys.argv[1:]])}
     if args.write:
+        keep = ("model", "command", "fitted_max_abs_rel_error", "fitted_max_under_prediction",
+                "left_out_model_max_abs_rel_error")
         with open(memory.FIT_PATH, "w") as f:
-            json.dump({"model": out["model"], "command": out["command"], "date": time.strftime("%Y-%m-%d"),
-                       "fitted_max_abs_rel_error": out["fitted_max_abs_rel_error"],
-                       "fitted_max_under_prediction": out["fitted_max_under_prediction"],
-                       "left_out_model_max_abs_rel_error": out["left_out_model_max_abs_rel_error"],
-                       "points": len(points), "replica_points": len(replicas)}, f, indent=1)
+            json.dump({**{k: out[k] for k in keep}, "date": time.strftime("%Y-%m-%d"), "points": len(points),
+                       "replica_points": len(replicas)}, f, indent=1)
     print(json.dumps(out))
 
 

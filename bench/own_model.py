@@ -1,15 +1,16 @@
 """A user's own model on the emulated cluster against the same network in plain TF on one device.
 
-    python bench/own_model.py --model examples/lenet_bn.py --dataset digits32 [--seeds 0,1,2] [--epochs 30]
+    python -m bench.own_model --model examples/lenet_bn.py --dataset digits32 [--seeds 0,1,2] [--epochs 30]
 
 1. Plain TF, one device, per seed: the model file's network built by ``models/plain_tf.py`` (the same
    layers and initial weights), SGD with momentum 0.9 at learning rate 0.02, batch 32, ``--epochs``
    passes over the training set, batch norm's running statistics at evaluation; the held-out accuracy.
 2. edgemesh, per seed: ``edgemesh_tf.run`` on ``--cluster`` (profile, plan, ASHL) with the target
    accuracy the plain-TF median less one point, judged on the whole test set as plain TF's accuracy
-   is, and a ``--time_budget_s`` budget, at the same base learning rate and momentum; ``--lr_schedule constant`` (the default here) trains at that rate
-   throughout as plain TF does, ``cosine`` is ASHL's own decay (edgemesh run's default).
-Prints one JSON object (``bench/suite.py --only own_model`` records it in bench/results/own_model.json
+   is, and a ``--time_budget_s`` budget, at the same base learning rate and momentum; ``--lr_schedule
+   constant`` (the default here) trains at that rate throughout as plain TF does, ``cosine`` is ASHL's
+   own decay (edgemesh run's default).
+Prints one JSON object (``python -m bench.suite --only own_model`` records it in bench/results/own_model.json
 and bench/REPORT.md; ``make bench-own-model``): each run's accuracy, the plain-TF median, whether each
 edgemesh run reached the target, what the plan split.
 """
@@ -22,16 +23,15 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+import edgemesh_tf as em
+from edgemesh_tf.data import batches, load_dataset, padded_batches
+from edgemesh_tf.mesh import tf
+from edgemesh_tf.models import PlainModel, load_model
+
 WHOLE_TEST_SET = 10 ** 9  # eval_examples: every evaluation on the whole test set, as plain TF's accuracy is
 
 
 def plain_tf_accuracy(model: str, dataset: str, seed: int, epochs: int, batch: int = 32, lr: float = 0.02) -> float:
-    from edgemesh_tf.data import batches, load_dataset, padded_batches
-    from edgemesh_tf.mesh.compat import tf
-    from edgemesh_tf.models import load_model
-    from edgemesh_tf.models.plain_tf import PlainModel
-
     data = load_dataset(dataset)
     spec = load_model(model, data.image_shape, data.num_classes)
     graph = tf.Graph()
@@ -57,6 +57,17 @@ def plain_tf_accuracy(model: str, dataset: str, seed: int, epochs: int, batch: i
     return correct / len(data.test_x)
 
 
+def edgemesh_run(args, seed: int, target: float) -> dict:
+    """``edgemesh_tf.run`` (profile, plan, ASHL) to ``target`` at plain TF's learning rate and momentum."""
+    summary = em.run(args.cluster, args.model, dataset=args.dataset, seed=seed, target_accuracy=target,
+                     time_budget_s=args.time_budget_s, emit=lambda rec: None, learning_rate=0.02, momentum=0.9,
+                     lr_schedule=args.lr_schedule, eval_examples=WHOLE_TEST_SET,
+                     logdir=os.path.join("runs", "own_model-%d-%s" % (seed, time.strftime("%H%M%S"))))
+    return {"accuracy": summary["accuracy"], "reached": summary["time_to_target_s"] is not None,
+            "time_to_target_s": summary["time_to_target_s"], "setup_s": summary["setup_s"],
+            "planned": summary["planned"], "logdir": summary["logdir"]}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True)
@@ -66,36 +77,21 @@ def main(argv=None):
     p.add_argument("--epochs", type=int, default=30)
     p.add_argument("--time_budget_s", type=float, default=240)
     p.add_argument("--lr_schedule", default="constant", choices=["constant", "cosine"])
-    p.add_argument("--out", default="", help="also write the JSON here (bench/suite.py records it itself)")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
-
-    import edgemesh_tf as em
-
     t0 = time.monotonic()
     plain = {s: round(plain_tf_accuracy(args.model, args.dataset, s, args.epochs), 4) for s in seeds}
     reference = statistics.median(plain.values())
     target = round(reference - 0.01, 4)
-    runs = {}
-    for s in seeds:
-        summary = em.run(args.cluster, args.model, dataset=args.dataset, seed=s, target_accuracy=target,
-                         time_budget_s=args.time_budget_s, emit=lambda rec: None,
-                         learning_rate=0.02, momentum=0.9, lr_schedule=args.lr_schedule,
-                         eval_examples=WHOLE_TEST_SET,
-                         logdir=os.path.join("runs", "own_model-%d-%s" % (s, time.strftime("%H%M%S"))))
-        runs[s] = {"accuracy": summary["accuracy"], "reached": summary["time_to_target_s"] is not None,
-                   "time_to_target_s": summary["time_to_target_s"], "setup_s": summary["setup_s"],
-                   "planned": summary["planned"], "logdir": summary["logdir"]}
-    out = {"model": args.model, "dataset": args.dataset, "cluster": args.cluster, "epochs": args.epochs, "lr_schedule": args.lr_schedule,
+    runs = {s: edgemesh_run(args, s, target) for s in seeds}
+    out = {"model": args.model, "dataset": args.dataset, "cluster": args.cluster, "epochs": args.epochs,
+           "lr_schedule": args.lr_schedule,
            "plain_tf_one_device": plain, "plain_tf_median": reference, "target": target,
            "target_judged_on": "the whole test set", "edgemesh": runs,
            "edgemesh_median": statistics.median(r["accuracy"] for r in runs.values()),
            "all_reached": all(r["reached"] for r in runs.values()),
            "any_split": any(r["planned"]["splits"] for r in runs.values()),
            "seconds": round(time.monotonic() - t0, 1)}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(out, f, indent=1)
     print(json.dumps(out))
     return 0 if out["all_reached"] else 1
 

@@ -1,51 +1,37 @@
 """The planner against measurement on the emulated testbed.
 
-    python bench/planner.py --cluster layouts/edge4.yaml [--model vgg] [--dataset digits] [--batch 32]
-    python bench/planner.py --planning_only          # step 0 only: no testbed, no root
+    python -m bench.planner --cluster layouts/edge4.yaml [--model vgg] [--dataset digits] [--batch 32]
+    python -m bench.planner --planning_only          # step 0 only: no testbed, no root
 
 0. Planning time at scale (no testbed): plans vgg at 32x32 on 16, 64 and 256 synthetic devices
    (1-8 GFLOP/s, 10-1000 Mbit/s, 1-10 ms) and records the seconds, groups and idle devices.
-
-1. Starts the emulated cluster (its memory limits off: each device alone is measured, whatever it
-   may hold), profiles every worker (edgemesh profile), plans one group as the plain layout it
-   measures, without a ps (edgemesh plan --noengine), and builds the even split over every worker.
-2. Measures the planned layout, the even split over every worker, over the three fastest (`even:3`)
-   and each worker alone (the groups of the all-replicated alternative) side by side (interleaved rounds) through the servers: median
-   step time, compared with the cost model's prediction as the planner makes it (calibrated by the
-   steps timed while profiling, planner/calibrate.py) and uncalibrated (`prediction_max_error`,
-   `uncalibrated_max_error`: the largest |predicted / measured - 1|; issue 15's bound is 15%).
-   Steps 1-2 are repeated --repeats times (rounds) on the same testbed and each layout's ratios are
-   the medians over the rounds (`*_by_round`: each round's; `repeat_max_errors`: each round's
-   largest error): this machine's speed drifts by ~12% over minutes (the same layout's median step,
-   two minutes apart), so one profile against one measurement is decided by that drift.
-3. Memory (fresh clusters, so each server's peak is its own): peak RSS above the idle server of a
-   4-way even filter split per device, against training the same model and batch on one device,
-   for a weight-bound model (vgg_wide: VGG's wide classifier, like VGG-16 whose dense layers hold
-   ~90% of the weights) and an activation-bound one (vgg: every device still holds the gathered,
-   full-size input of each layer, so splitting filters saves less).
+1. A round (`profile_and_measure`) on the emulated cluster, its memory limits off (each device alone
+   is measured, whatever it may hold): profiles every worker, plans one group as the plain layout it
+   measures, without a ps, and measures the planned layout, the even split over every worker and over
+   the three fastest (`even:3`) and each worker alone (the all-replicated alternative's groups) side
+   by side: median step time against the cost model's prediction, calibrated as the planner uses it
+   and uncalibrated (`prediction_max_error`, `uncalibrated_max_error`: the largest
+   |predicted / measured - 1|; issue 15's bound is 15%). --repeats rounds run on the same testbed and
+   each layout's ratios are the medians over them (`*_by_round`: each round's; `repeat_max_errors`:
+   each round's largest error), since this machine's speed drifts over minutes.
+2. Memory (fresh clusters, so each server's peak is its own): peak RSS above the idle server of an
+   even filter split over every worker per device, against training the same model and batch on one
+   device, for each of --memory_models.
 Prints one JSON object.
 """
 import argparse
 import json
-import os
 import random
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's package
-
-from edgemesh_tf.cluster import emulated_cluster, load_cluster
-from edgemesh_tf.cluster.watch import watched
+from edgemesh_tf.cluster import emulated_cluster, load_cluster, watched
 from edgemesh_tf.data import IMAGE_SHAPES
-from edgemesh_tf.mesh.compat import tf
-from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout
+from edgemesh_tf.mesh import even_split_layout, single_device_layout, tf
 from edgemesh_tf.models import get_model
-from edgemesh_tf.planner import model_stats, plan, predict
-from edgemesh_tf.planner.calibrate import calibrated, slowness, steps_to_time
-from edgemesh_tf.profiling.run import budgets, profile_workers
-from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
-from edgemesh_tf.profiling.step_timer import LayoutRunner, measure_memory, measure_side_by_side
+from edgemesh_tf.planner import calibrated, model_stats, plan, predict, slowness, steps_to_time
+from edgemesh_tf.profiling import (DeviceProfile, LayerTiming, LayoutRunner, Profile, budgets, measure_memory,
+                                   measure_side_by_side, profile_workers)
 
 
 def planning_scale(sizes=(16, 64, 256), seed=0):
@@ -157,6 +143,29 @@ def max_error(layouts: dict, field: str) -> float:
     return round(float(max(abs(v[field] - 1) for v in layouts.values())), 3)
 
 
+def memory_comparison(cluster, model, args) -> dict:
+    """Peak memory per device of ``model`` on one device against an even filter split over every worker."""
+    workers = [d.name for d in cluster.workers]
+    spec = get_model(model, IMAGE_SHAPES[args.memory_dataset], 10)
+    peaks = {}
+    for mode in ("one_device", "filter_split"):
+        with emulated_cluster(cluster) as em:
+            em.lift_quotas()  # peaks do not depend on speed (each server's thread pool stays sized to its quota)
+            if mode == "one_device":
+                layout, devs = single_device_layout(em.device(workers[0])), workers[:1]
+            else:
+                layout, devs = even_split_layout(spec.split_dims(), [em.device(n) for n in workers])[0], workers
+            peaks[mode] = watched(lambda: measure_memory(spec, layout, args.memory_batch, em.session_target,
+                                                         cluster.master.device_string,
+                                                         {n: em.devices[n].pid for n in workers}, devs,
+                                                         steps=2).peak_bytes,
+                                  em.check, args.round_timeout, "memory of %s, %s" % (model, mode))
+    return {"dataset": args.memory_dataset, "batch": args.memory_batch,
+            "one_device_peak_bytes": peaks["one_device"], "filter_split_peak_bytes": peaks["filter_split"],
+            "split_over_one_device_max": round(max(peaks["filter_split"].values())
+                                               / max(1, max(peaks["one_device"].values())), 3)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster", default="layouts/edge4.yaml")
@@ -166,7 +175,7 @@ def main():
     ap.add_argument("--steps", type=int, default=15, help="timed steps per layout and round")
     ap.add_argument("--repeats", type=int, default=3, help="rounds of profiling, planning and measuring")
     ap.add_argument("--round_timeout", type=float, default=1800.0,
-                    help="seconds a round may take (VGG-16 on pi4: ~450) before the benchmark fails naming it")
+                    help="seconds a round may take before the benchmark fails naming it")
     ap.add_argument("--memory_models", default="vgg_wide,vgg", help="models of the memory comparison ('' for none)")
     ap.add_argument("--memory_dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
     ap.add_argument("--memory_batch", type=int, default=16)
@@ -181,13 +190,11 @@ def main():
         return
     spec = get_model(args.model, IMAGE_SHAPES[args.dataset], 10)
     cluster = load_cluster(args.cluster)
-    workers = [d.name for d in cluster.workers]
-    master = cluster.master.device_string
     out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch,
            "planning_s": scale, "planning_256_under_5s": scale["256"]["seconds"] < 5.0}
 
     # memory limits off: the layouts measured here include each device alone, which the weakest devices
-    # of a tight cluster cannot hold (pi4's pi2 was OOM-killed holding VGG-16 and the run waited on it)
+    # of a tight cluster cannot hold
     with emulated_cluster(cluster, memory="off") as em:
         # bounded: a session on a dead server waits on its RPCs for minutes (cluster/watch.py)
         reps = [watched(lambda: profile_and_measure(em, cluster, spec, args), em.check, args.round_timeout,
@@ -205,31 +212,10 @@ def main():
     out["repeat_max_errors"] = [max_error(r["layouts"], "predicted_over_measured") for r in reps]
     out["predictions_within_15pct"] = bool(out["prediction_max_error"] <= 0.15)
 
-    out["memory"] = {}
-    for model in [m for m in args.memory_models.split(",") if m]:
-        mem_spec = get_model(model, IMAGE_SHAPES[args.memory_dataset], 10)
-        peaks = {}
-        for mode in ("one_device", "filter_split"):
-            with emulated_cluster(cluster) as em:
-                em.lift_quotas()  # peaks do not depend on speed (each server's thread pool stays sized to its quota)
-                pids = {n: em.devices[n].pid for n in workers}
-                if mode == "one_device":
-                    layout, devs = single_device_layout(em.device(workers[0])), workers[:1]
-                else:
-                    layout = even_split_layout(mem_spec.split_dims(), [em.device(n) for n in workers])[0]
-                    devs = workers
-                peaks[mode] = watched(lambda: measure_memory(mem_spec, layout, args.memory_batch, em.session_target,
-                                                             master, pids, devs, steps=2).peak_bytes,
-                                      em.check, args.round_timeout, "memory of %s, %s" % (model, mode))
-        out["memory"][model] = {
-            "dataset": args.memory_dataset, "batch": args.memory_batch,
-            "one_device_peak_bytes": peaks["one_device"], "filter_split_peak_bytes": peaks["filter_split"],
-            "split_over_one_device_max": round(max(peaks["filter_split"].values())
-                                               / max(1, max(peaks["one_device"].values())), 3)}
+    out["memory"] = {m: memory_comparison(cluster, m, args) for m in args.memory_models.split(",") if m}
     out["seconds"] = round(time.time() - t_start, 1)
     print(json.dumps(out, default=lambda o: o.item()))  # numpy scalars as plain numbers
 
 
 if __name__ == "__main__":
     main()
-    sys.exit(0)

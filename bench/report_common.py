@@ -1,17 +1,18 @@
 """What the sections of bench/REPORT.md share: number formatting, markdown tables, the plotting
-backend and the strategies' labels."""
+backend, the strategies' labels and the `section` decorator that heads every section."""
+import functools
+import inspect
 import json
 import os
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402,F401  (the sections draw with it)
+import matplotlib.pyplot as plt  # noqa: E402  (the sections draw with it)
 
 LABELS = {"bsp": "BSP", "asp": "ASP", "ssp": "SSP", "local_sgd": "Local SGD", "adsp": "ADSP", "ashl": "ASHL",
           "ashl_topk1_ef": "ASHL, top-k 1% + error feedback", "ashl_topk1_no_ef": "ASHL, top-k 1%, no error feedback"}
 MIB = 2 ** 20
-
 
 
 def fmt(x, digits=3, unit=""):
@@ -32,7 +33,7 @@ def result(rec):
     return rec.get("result") if rec.get("status") == "ok" or rec.get("result") else None
 
 
-def _status_line(rec) -> str:
+def status_line(rec) -> str:
     if rec.get("status") == "ok":
         return ""
     if rec.get("status") == "not run":
@@ -40,20 +41,48 @@ def _status_line(rec) -> str:
     return f"**FAILED**: {rec.get('error')}.\n"
 
 
-def _compact(v, limit=300) -> str:
+def section(title: str):
+    """Turns ``body(res, text, out_dir, **kw) -> [plot file names]`` into a section renderer
+    ``(rec, out_dir, **kw) -> (markdown, plots)``: ``text`` starts with the heading (``title``
+    formatted with ``kw`` and the body's defaults) and the record's status; a record without a result
+    is those alone."""
+    def wrap(body):
+        defaults = {k: p.default for k, p in inspect.signature(body).parameters.items() if p.default is not p.empty}
+
+        @functools.wraps(body)
+        def render(rec, out_dir, **kw):
+            res, text = result(rec), [title.format(**{**defaults, **kw}) + "\n", status_line(rec)]
+            plots = body(res, text, out_dir, **kw) if res else []
+            return "\n".join(text), plots
+        return render
+    return wrap
+
+
+def compact(v, limit=300) -> str:
     """A value in one table cell: numbers rounded, nested data as short JSON, pipes escaped."""
-    if isinstance(v, (dict, list)):
-        text = json.dumps(v, separators=(", ", ": "))
-    else:
-        text = str(fmt(v))
+    text = json.dumps(v, separators=(", ", ": ")) if isinstance(v, (dict, list)) else str(fmt(v))
     text = text.replace("|", "\\|").replace("\n", " ")
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def _figure(fig, out_dir, text, name) -> tuple[str, list[str]]:
-    """Saves `fig` as <name>.png, links it at the end of the section `text`; the section's return."""
+def ci(interval, digits=3) -> str:
+    return "—" if not interval else f"[{fmt(interval[0], digits)}, {fmt(interval[1], digits)}]"
+
+
+def figure(fig, out_dir, text, name) -> list[str]:
+    """Saves ``fig`` as <name>.png and links it at the end of the section ``text``; [its file name]."""
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, name + ".png"), dpi=110)
     plt.close(fig)
     text.append(f"![{name}]({name}.png)\n")
-    return "\n".join(text), [name + ".png"]
+    return [name + ".png"]
+
+
+def identity_scatter(ax, points, xlabel, ylabel, title) -> None:
+    """(x, y, label) points against the y = x line, both axes from 0."""
+    top = max(max(x, y) for x, y, _ in points) * 1.15
+    ax.plot([0, top], [0, top], color="grey", lw=0.8, label="y = x")
+    ax.scatter([x for x, _, _ in points], [y for _, y, _ in points], color="tab:red", zorder=3)
+    for x, y, label in points:
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, -10), fontsize=8)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title, xlim=(0, top), ylim=(0, top))

@@ -1,5 +1,5 @@
 """The main job's set-up on a first run and on a rerun that reuses the cached device profile
-(`python bench/setup_time.py [--cluster layouts/pi4.yaml] [--jobs 2]`).
+(`python -m bench.setup_time [--cluster layouts/pi4.yaml] [--jobs 2]`).
 
 `edgemesh run` (the main job: its defaults but --cluster and --time_budget_s) with an empty profile
 cache, then the same command again, `--jobs` pairs, each pair with a cache of its own; each job's

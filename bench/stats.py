@@ -2,21 +2,10 @@
 
 Times to target are right-censored: a run that did not reach the target within its budget has an
 unknown time, larger than its budget. Every function here takes such a run as ``None`` and counts it
-as ``budget`` (the run's time budget): a LOWER BOUND of its time. Medians, ratios of medians and the
-permutation test then compare lower bounds for those runs: the ratio ``median(a) / median(b)`` is an
-upper bound of the true one when only ``b`` has unreached runs (and a lower bound when only ``a``
-has). This keeps every run in the sample (dropping unreached runs would favour the strategy that
-fails most) and needs no survival model; with few unreached runs (the benchmark's checks ask for at
-most 1 in 8) the median moves by at most one rank. ``budget=None`` with a ``None`` in the sample is
-an error.
-
-- ``reached_at(curve, target, consecutive=3)``: the time a run reached its target, i.e. the first
-  evaluation from which the accuracy stays >= target for ``consecutive`` evaluations in a row.
-- ``median_ratio_ci(a, b)``: median(a) / median(b) and its bootstrap 95% percentile interval, each
-  sample resampled independently (with replacement, its own size).
-- ``permutation_p(a, b)``: two-sided permutation test of the difference of the medians (the labels
-  of the pooled sample reassigned; exact enumeration of every split when there are at most
-  ``n_perm`` of them, else ``n_perm`` random splits with the (1 + hits) / (1 + n_perm) estimate).
+as ``budget``, a LOWER BOUND of its time, so that every run stays in the sample (dropping unreached
+runs would favour the strategy that fails most) with no survival model: a ratio of medians
+``median(a) / median(b)`` is then an upper bound of the true one when only ``b`` has unreached runs,
+and a lower bound when only ``a`` has. ``budget=None`` with a ``None`` in the sample is an error.
 """
 from __future__ import annotations
 
@@ -60,6 +49,7 @@ def censored(values: Iterable[float | None], budget: float | None = None) -> np.
 
 
 def median(values: Iterable[float | None], budget: float | None = None) -> float | None:
+    """The median, unreached runs counted as ``budget``; None of an empty sample."""
     x = censored(values, budget)
     return float(np.median(x)) if x.size else None
 
@@ -70,10 +60,13 @@ def median_ci(values, budget: float | None = None, n_boot: int = 10000, seed: in
     x = censored(values, budget)
     if not x.size:
         return None, None
-    rng = np.random.default_rng(seed)
-    meds = np.median(x[rng.integers(0, x.size, (n_boot, x.size))], axis=1)
-    lo, hi = np.percentile(meds, [50 * (1 - level), 50 * (1 + level)])
+    lo, hi = np.percentile(_boot_medians(x, np.random.default_rng(seed), n_boot), [50 * (1 - level), 50 * (1 + level)])
     return float(np.median(x)), [float(lo), float(hi)]
+
+
+def _boot_medians(x: np.ndarray, rng, n_boot: int) -> np.ndarray:
+    """The medians of ``n_boot`` resamples of ``x`` with replacement, each of its own size."""
+    return np.median(x[rng.integers(0, x.size, (n_boot, x.size))], axis=1)
 
 
 def median_ratio_ci(a, b, n_boot: int = 10000, seed: int = 0, budget: float | None = None,
@@ -87,8 +80,7 @@ def median_ratio_ci(a, b, n_boot: int = 10000, seed: int = 0, budget: float | No
     if np.median(y) <= 0:
         raise ValueError("median(b) must be > 0 for a ratio, got %r" % float(np.median(y)))
     rng = np.random.default_rng(seed)
-    mx = np.median(x[rng.integers(0, x.size, (n_boot, x.size))], axis=1)
-    my = np.median(y[rng.integers(0, y.size, (n_boot, y.size))], axis=1)
+    mx, my = _boot_medians(x, rng, n_boot), _boot_medians(y, rng, n_boot)
     ratios = mx / np.where(my > 0, my, np.nan)
     lo, hi = np.nanpercentile(ratios, [50 * (1 - level), 50 * (1 + level)])
     return float(np.median(x) / np.median(y)), [float(lo), float(hi)]

@@ -1,23 +1,21 @@
 """Runs every benchmark under bench/ and writes bench/REPORT.md with its plots (`make bench`).
 
-    python bench/suite.py [--quick] [--results bench/results] [--out bench] [--only NAME,...]
+    python -m bench.suite [--quick] [--results bench/results] [--out bench] [--only NAME,...]
 
-Without --only it runs every benchmark but the variant table (`tta_variants`, ~30 min), the final
-accuracy against BSP converged (`final_accuracy`, ~45 min), the planner on Wi-Fi (`planner_wifi`,
-~10 min) and on the Pi-class cluster over three rounds (`planner_pi4`, ~22 min), which `make bench-variants`,
-`make bench-final`, `make bench-wifi` and `make bench-pi4` run (--only NAME) so that `make bench`
-stays within an hour.
+Without --only it runs every benchmark but those of report.NOT_IN_MAKE_BENCH (the variant table, the
+final accuracy, the planner on Wi-Fi and on the Pi-class cluster, a user's own model, the set-up
+time), which their own make targets run (--only NAME), so that `make bench` stays within its time.
 
-Each benchmark runs as its own process with a bounded time; its JSON (stdout), exit code, wall
-time and the tail of its stderr go to <results>/<name>.json, with the machine and versions in
-<results>/machine.json. A benchmark that fails, times out or prints no JSON is recorded as failed
-and shown as failed in the report. --quick runs every benchmark small but `emulation` (its script
-runs on pi4 as `emulation_pi4`): a smoke run of the whole pipeline within 10 minutes whose figures
-are not evidence. The report is rendered by
-bench/report.py from the recorded files alone (`python bench/report.py --results DIR`).
+Each benchmark runs as its own process (`python -m bench.<module>`) with a bounded time; its JSON
+(stdout), exit code, wall time and the tail of its stderr go to <results>/<name>.json, with the
+machine and versions in <results>/machine.json. A benchmark that fails, times out or prints no JSON
+is recorded as failed and shown as failed in the report. --quick runs every benchmark small but
+`emulation` (its module runs on pi4 as `emulation_pi4`): a smoke run of the whole pipeline whose
+figures are not evidence. bench/report.py renders the report from the recorded files alone.
 """
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import platform
@@ -27,21 +25,20 @@ import subprocess
 import sys
 import time
 
+from bench import report
+from edgemesh_tf.engine import STRATEGIES
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-
-import report  # noqa: E402
-from edgemesh_tf.engine.config import STRATEGIES  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
 class Bench:
-    """One benchmark: its script under bench/, arguments of the full and the quick run (None: not in
+    """One benchmark: its module under bench/, arguments of the full and the quick run (None: not in
     the quick run), timeout (s)."""
 
     name: str
-    script: str
+    module: str
     full: tuple[str, ...]
     quick: tuple[str, ...] | None
     timeout_s: float
@@ -53,59 +50,43 @@ PI4 = ("--cluster", "layouts/pi4.yaml")  # the realistic edge cluster (Pi-class 
 PI4WIFI = ("--cluster", "layouts/pi4wifi.yaml")  # the same devices on one shared Wi-Fi channel
 ALL_SIX = ",".join(STRATEGIES)
 BENCHES = (
-    Bench("uneven_split", "uneven_split.py", ("--steps", "30"), ("--steps", "5", "--round", "5"), 900),
-    # quick: the same script runs on pi4 (emulation_pi4), so that QUICK=1 stays within 10 minutes
-    Bench("emulation", "emulation.py", CLUSTER, None, 600),
-    Bench("emulation_pi4", "emulation.py", PI4, PI4 + ("--rounds", "1"), 600),
-    # the cost model on lan4 (issue 15: within 15% for the planned, even and all-replicated layouts; pi4's
-    # are checked by edgemesh_claims); batch 32: at 16, edge0 alone stepped in 30-40 ms (3-4 CFS periods) and the
-    # same layout measured 20% apart; two rounds and no memory comparison (the claims measure VGG-16's memory per
-    # device under enforced limits), so that `make bench` stays within an hour
-    Bench("planner", "planner.py", LAN4 + ("--dataset", "cifar10", "--batch", "32", "--steps", "8", "--repeats", "2",
-                                           "--memory_models", ""),
+    Bench("uneven_split", "uneven_split", ("--steps", "30"), ("--steps", "5", "--round", "5"), 900),
+    # quick: the same module runs on pi4 (emulation_pi4) instead
+    Bench("emulation", "emulation", CLUSTER, None, 600),
+    Bench("emulation_pi4", "emulation", PI4, PI4 + ("--rounds", "1"), 600),
+    # the cost model on lan4 (issue 15: within 15%); no memory comparison (the claims measure memory)
+    Bench("planner", "planner", LAN4 + ("--dataset", "cifar10", "--batch", "32", "--steps", "8", "--repeats", "2",
+                                        "--memory_models", ""),
           LAN4 + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 1200),  # quick: the small digits input
-    # VGG-16 on the Pi-class cluster, memory limits enforced (bench/edgemesh_claims.py --help); quick:
-    # vgg_wide on the 8x8 digits, as `make run` trains it, where the plan splits (at 32x32 it was
-    # jetson0 alone, and the benchmark fails loudly when the split it measures splits nothing)
-    # At 128-bit SIMD (pi4's simd_bits) VGG-16 steps take 7-17 s a device alone: ~30 min in all.
-    Bench("edgemesh_claims", "edgemesh_claims.py", PI4,
+    # VGG-16 on the Pi-class cluster, memory limits enforced; quick: vgg_wide on the 8x8 digits, where the plan splits
+    Bench("edgemesh_claims", "edgemesh_claims", PI4,
           PI4 + ("--model", "vgg_wide", "--dataset", "digits", "--steps", "2", "--memory", "0"), 3600),
-    # digits32 + vgg_m to 90%: 8 seeds of ASHL and ADSP (budget 80 s) and 3 of BSP (130 s) on edge4, 2 of ASHL and ADSP
-    # on homo4 (120 s) (bench/time_to_accuracy.py --estimate: the time); past the timeout it is sent SIGTERM and
-    # prints the runs made so far
-    Bench("time_to_accuracy", "time_to_accuracy.py", CLUSTER + ("--variants", ""),
-          CLUSTER + ("--quick", "--variants", "", "--homo_cluster", ""), 4800),  # quick: edge4 only
-    # quick: the ps fault only (~80 s; e's re-admission takes ~3 min and has its own test,
-    # tests/engine/test_engine_rejoin.py), so that QUICK=1 stays within 10 minutes
-    Bench("faults", "faults.py", CLUSTER, CLUSTER + ("--quick", "--scenarios", "c"), 1800),
-    # the variant table (issue 16: what each of the project's rules buys), ~30 min: 2 seeds of each
-    # variant interleaved with 2 of ASHL and ADSP as published; kept out of `make bench` (<= 60 min),
-    # run by `make bench-variants`
-    Bench("tta_variants", "time_to_accuracy.py",
+    # past the timeout it is sent SIGTERM and prints the runs made so far; quick: edge4 only
+    Bench("time_to_accuracy", "time_to_accuracy", CLUSTER + ("--variants", ""),
+          CLUSTER + ("--quick", "--variants", "", "--homo_cluster", ""), 4800),
+    # quick: the ps fault only (the re-admission has its own test, tests/engine/test_engine_rejoin.py)
+    Bench("faults", "faults", CLUSTER, CLUSTER + ("--quick", "--scenarios", "c"), 1800),
+    # the variant table (issue 16: what each of the project's rules buys), `make bench-variants`
+    Bench("tta_variants", "time_to_accuracy",
           CLUSTER + ("--strategies", "ashl,adsp", "--seeds", "2", "--homo_cluster", "", "--variant_seeds", "2"),
           CLUSTER + ("--quick", "--strategies", "ashl", "--homo_cluster", ""), 3600),
-    # issue 16's final accuracy against BSP converged, ~45 min: kept out of `make bench` (BSP under edge4's
-    # limits needs ~25 min a run to converge; here it runs with the limits lifted), run by `make bench-final`
-    Bench("final_accuracy", "final_accuracy.py", CLUSTER,
+    # issue 16's final accuracy against BSP converged (BSP with the limits lifted), `make bench-final`
+    Bench("final_accuracy", "final_accuracy", CLUSTER,
           CLUSTER + ("--seeds", "1", "--ashl_budget_s", "20", "--bsp_budget_s", "20"), 3600),
-    # the cost model's shared medium against the testbed's (pi4's devices on one 200 Mbit/s Wi-Fi channel),
-    # ~10 min: kept out of `make bench` (<= 60 min), run by `make bench-wifi`
-    Bench("planner_wifi", "planner.py", PI4WIFI + ("--model", "vgg", "--dataset", "cifar10", "--batch", "32",
-                                                   "--steps", "8", "--memory_models", ""),
+    # the cost model's shared medium against the testbed's Wi-Fi channel, `make bench-wifi`
+    Bench("planner_wifi", "planner", PI4WIFI + ("--model", "vgg", "--dataset", "cifar10", "--batch", "32",
+                                                "--steps", "8", "--memory_models", ""),
           PI4WIFI + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 1800),
-    # the cost model on the Pi-class cluster over rounds (the claims check it on one profile, which this
-    # machine's drift can decide), ~22 min: kept out of `make bench` (<= 60 min), run by `make bench-pi4`
-    Bench("planner_pi4", "planner.py", PI4 + ("--model", "vgg16", "--dataset", "digits32", "--batch", "32",
-                                              "--steps", "5", "--repeats", "3", "--memory_models", ""),
-          PI4 + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 4800),  # ~50 min at 128-bit SIMD
-    # a user's own model (a model file written from the README by a newcomer) on pi4 against the same network
-    # in plain TF on one device, ~11 min: kept out of `make bench`, run by `make bench-own-model`
-    Bench("own_model", "own_model.py", PI4 + ("--model", "examples/lenet_bn.py", "--dataset", "digits32"),
+    # the cost model on the Pi-class cluster over three rounds, `make bench-pi4`
+    Bench("planner_pi4", "planner", PI4 + ("--model", "vgg16", "--dataset", "digits32", "--batch", "32",
+                                           "--steps", "5", "--repeats", "3", "--memory_models", ""),
+          PI4 + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 4800),
+    # a user's own model file on pi4 against the same network in plain TF on one device, `make bench-own-model`
+    Bench("own_model", "own_model", PI4 + ("--model", "examples/lenet_bn.py", "--dataset", "digits32"),
           PI4 + ("--model", "examples/lenet_bn.py", "--dataset", "digits32", "--seeds", "0", "--epochs", "3",
                  "--time_budget_s", "60"), 2400),
-    # the main job's set-up on a first run and a rerun with the cached profile (issue 42), 3 pairs, ~12 min:
-    # kept out of `make bench`, run by `make bench-setup`
-    Bench("setup_time", "setup_time.py", PI4 + ("--jobs", "3"), PI4 + ("--jobs", "1", "--budget_s", "30"), 2400),
+    # the main job's set-up on a first run and a rerun with the cached profile (issue 42), `make bench-setup`
+    Bench("setup_time", "setup_time", PI4 + ("--jobs", "3"), PI4 + ("--jobs", "1", "--budget_s", "30"), 2400),
 )
 
 
@@ -114,39 +95,40 @@ def selected(only: list[str]) -> list[Bench]:
     return [b for b in BENCHES if (b.name in only if only else b.name not in report.NOT_IN_MAKE_BENCH)]
 
 
-def not_in_quick(b: Bench) -> dict:
-    """The record of a benchmark a quick run leaves out (shown as not run, replacing an older record)."""
-    return {"name": b.name, "status": "not run", "quick": True, "seconds": 0.0,
-            "error": "not in the quick run; `make bench` runs it"}
+def _version(*dists) -> str | None:
+    """The installed version of the first of ``dists`` that is installed, as "version (dist)"; None if none."""
+    from importlib.metadata import PackageNotFoundError, version
+    for dist in dists:
+        try:
+            return f"{version(dist)} ({dist})"
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def _first_field(path: str, prefix: str) -> str | None:
+    """The value after ``prefix`` on the first line of ``path`` that starts with it (/proc files)."""
+    try:
+        with open(path) as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith(prefix)), None)
+    except OSError:
+        return None
 
 
 def machine(command: str) -> dict:
     """Cores, CPU model, memory, versions, date, git commit and the exact command of this run."""
-    info = {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command}
+    mem = _first_field("/proc/meminfo", "MemTotal")
     try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None)
-        with open("/proc/meminfo") as f:
-            kb = next(int(ln.split()[1]) for ln in f if ln.startswith("MemTotal"))
-        info["memory_gib"] = round(kb / 2 ** 20, 1)
-    except (OSError, StopIteration, ValueError):
-        pass
-    from importlib.metadata import PackageNotFoundError, version
-    for key, dists in (("tensorflow", ("tensorflow-cpu", "tensorflow")), ("mesh-tensorflow", ("mesh-tensorflow",))):
-        info[key] = None  # a missing package is reported, not fatal
-        for dist in dists:
-            try:
-                info[key] = f"{version(dist)} ({dist})"
-                break
-            except PackageNotFoundError:
-                continue
-    try:
-        info["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                                            text=True, timeout=10).stdout.strip() or None
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
     except (OSError, subprocess.TimeoutExpired):
-        info["git_commit"] = None
-    return info
+        commit = None
+    return {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command,
+            "cpu_model": _first_field("/proc/cpuinfo", "model name"),
+            "memory_gib": round(int(mem.split()[0]) / 2 ** 20, 1) if mem else None,
+            "tensorflow": _version("tensorflow-cpu", "tensorflow"), "mesh-tensorflow": _version("mesh-tensorflow"),
+            "git_commit": commit}
 
 
 def record_machine(path: str, info: dict, only: list[str]) -> dict:
@@ -178,19 +160,21 @@ def _last_json(stdout: str):
 
 def record_of(b: Bench, quick: bool) -> dict:
     """The record of benchmark `b` in this run: run it, or say a quick run leaves it out."""
-    if quick and b.quick is None:
-        return not_in_quick(b)
+    if quick and b.quick is None:  # shown as not run, replacing an older record
+        return {"name": b.name, "status": "not run", "quick": True, "seconds": 0.0,
+                "error": "not in the quick run; `make bench` runs it"}
     print(f"[bench] {b.name}: running (at most {b.timeout_s:.0f} s)", file=sys.stderr, flush=True)
     return run_bench(b, quick)
 
 
 def run_bench(b: Bench, quick: bool) -> dict:
     """Runs one benchmark in its own process group; never longer than its timeout."""
-    args = [sys.executable, os.path.join("bench", b.script), *(b.quick if quick else b.full)]
-    rec = {"name": b.name, "command": " ".join(shlex.quote(a) for a in ["python", *args[1:]]),
+    module = b.module if "." in b.module else "bench." + b.module
+    args = [sys.executable, "-m", module, *(b.quick if quick else b.full)]
+    rec = {"name": b.name, "command": shlex.join(["python", *args[1:]]),
            "timeout_s": b.timeout_s, "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": quick}
-    if not os.path.exists(os.path.join(HERE, b.script)):
-        return {**rec, "status": "failed", "error": f"bench/{b.script} does not exist", "seconds": 0.0}
+    if importlib.util.find_spec(module) is None:
+        return {**rec, "status": "failed", "error": f"module {module} does not exist", "seconds": 0.0}
     t0 = time.monotonic()
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -215,7 +199,7 @@ def run_bench(b: Bench, quick: bool) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small smoke run (~10 min); figures are not evidence")
+    ap.add_argument("--quick", action="store_true", help="small smoke run of the whole pipeline; figures are not evidence")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="directory of the recorded JSON")
     ap.add_argument("--out", default=HERE, help="directory of REPORT.md and its plots")
     ap.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
@@ -223,9 +207,9 @@ def main():
     only = [n for n in args.only.split(",") if n]
     unknown = set(only) - {b.name for b in BENCHES}
     if unknown:
-        sys.exit(f"bench/suite.py: unknown benchmarks {sorted(unknown)}; expected some of {[b.name for b in BENCHES]}")
+        sys.exit(f"bench.suite: unknown benchmarks {sorted(unknown)}; expected some of {[b.name for b in BENCHES]}")
     os.makedirs(args.results, exist_ok=True)
-    info = machine(" ".join(["python", "bench/suite.py", *sys.argv[1:]]))
+    info = machine(shlex.join(["python", "-m", "bench.suite", *sys.argv[1:]]))
     info["quick"] = args.quick
     t0 = time.monotonic()
     for b in selected(only):

@@ -5,7 +5,8 @@ import math
 import statistics
 import time
 
-from edgemesh_tf.engine.config import STRATEGIES as STRATEGY_NAMES
+from edgemesh_tf.engine import STRATEGIES as STRATEGY_NAMES
+from edgemesh_tf.engine import SyncConfig
 
 CONSECUTIVE = 3  # "reached" = at or above target for this many evaluations in a row (issue 16)
 
@@ -33,32 +34,25 @@ DEFAULT_VARIANTS = ("ashl_project", "ashl+error_feedback", "ashl+replan", "ashl+
 CONFIGS = {**STRATEGIES, **VARIANTS}
 MANY_SEEDS = ("ashl", "adsp")  # get --seeds on --cluster
 
-# The time model of --estimate and the docstring (s). STARTUP_S: a run's set-up on edge4 with warm
-# group processes (engine/warm.py: TensorFlow and digits32 already loaded) and the quotas and link
-# rates lifted while the groups set up (run_job's fast_setup): each group's graph (~3 s), its
-# warm-up pull and pushes (~2 s), the start;
-# FIRST_STARTUP_S more for a cluster's first run (the processes start); EVAL_SPACING_S: one
-# evaluation of vgg_m on the chief's --eval_examples subset during training, then the interval;
-# FINAL_EVAL_S: the final evaluation (FINAL_EVAL_EXAMPLES test images) while the groups finish their round in
-# flight (limits lifted), the checkpoint; EXPECTED_TRAIN_S: training time to target (None: runs to its budget).
+# The time model of --estimate and the --max_minutes cap (s; docs/DESIGN.md has the runs behind each
+# figure). STARTUP_S: a run's set-up with warm group processes and the limits lifted while the groups
+# set up; FIRST_STARTUP_S more for a cluster's first run (the processes start); EVAL_SPACING_S: one
+# evaluation during training, then the interval; FINAL_EVAL_S: the final evaluation (on
+# FINAL_EVAL_EXAMPLES test images) and the checkpoint; STOP_S: the stop; EXPECTED_TRAIN_S: training
+# time to target (None: runs to its budget). A run stops at its target, so its final accuracy is the
+# target's give or take; bench/final_accuracy.py measures the final accuracy on the whole test set.
+# EVAL_EXAMPLES: images of each evaluation during training (--eval_examples); a run pays about three.
 STARTUP_S = 7.0
 FIRST_STARTUP_S = 18.0
 FINAL_EVAL_S = {"digits32": 3.0}
-# A run stops at the target, so its final accuracy is the target's give or take; the final evaluation
-# is on the evaluations' 1,000 images (all 5,400: ~3 s more a run, 27 runs). The final accuracy
-# against BSP's converged one is bench/final_accuracy.py's, on all 5,400.
 FINAL_EVAL_EXAMPLES = 1000
-# Images of each evaluation during training (--eval_examples). A run stops 3 evaluations after it
-# first meets the target, so an evaluation's length is paid about 3 times a run: 1,000 images took
-# ~3 s on a busy edge4 (4.0-4.4 s apart at --eval_interval_s 1), 500 take half. The binomial error
-# at 90% grows from 0.95 to 1.3 points; "reached" needs 3 in a row, and both strategies see the same.
 EVAL_EXAMPLES = 500
 STOP_S = 3.0
 EVAL_SPACING_S = {"digits32": 2.7}  # else --eval_interval_s
 EXPECTED_TRAIN_S = {"adsp": 63.0, "ashl": 56.0, "asp": 60.0, "local_sgd": 45.0, "bsp": None, "ssp": None}
 VARIANT_TRAIN_S = 56.0
 
-DEFAULTS = {"dataset": "digits32", "model": "vgg_m", "target": 0.90, "budget_s": 80.0, "bsp_budget_s": 130.0,
+DEFAULTS = {"cluster": "layouts/edge4.yaml", "tail_s": 0.0, "batch": 32, "dataset": "digits32", "model": "vgg_m", "target": 0.90, "budget_s": 80.0, "bsp_budget_s": 130.0,
             "homo_budget_s": 120.0,
             "strategies": "bsp,adsp,ashl", "seeds": 8, "other_seeds": 3,
             "homo_cluster": "layouts/homo4.yaml", "homo_strategies": "ashl,adsp", "homo_seeds": 2,
@@ -88,12 +82,9 @@ def budget_of(name: str, args, homogeneous: bool = False) -> float:
 
 
 def sync_config(name: str):
-    from edgemesh_tf.engine.config import SyncConfig
     opts = dict(CONFIGS[name])
     return SyncConfig(strategy=opts.pop("strategy"), **opts)
 
-
-# ---- the schedule and its time estimate ----
 
 def schedule(names_seeds: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """(name, seed) in run order: seed 0 of every name, then seed 1, ...; the order of the names
@@ -109,7 +100,7 @@ def schedule(names_seeds: list[tuple[str, int]]) -> list[tuple[str, int]]:
 def plan_of(args) -> dict[str, list[tuple[str, int]]]:
     """{"heterogeneous": [(name, seed), ...], "homogeneous": [...]} of the arguments: strategies
     and variants interleaved by seed on --cluster, the --homo_strategies on --homo_cluster."""
-    names, homo, variants = _names(args.strategies), _names(args.homo_strategies), _names(args.variants)
+    names, homo, variants = csv_names(args.strategies), csv_names(args.homo_strategies), csv_names(args.variants)
     het = [(n, args.seeds if n in MANY_SEEDS else args.other_seeds) for n in names]
     het += [(v, args.variant_seeds) for v in variants]
     out = {"heterogeneous": schedule(het)}
@@ -118,19 +109,18 @@ def plan_of(args) -> dict[str, list[tuple[str, int]]]:
     return out
 
 
-def expected_run_s(name: str, args, spacing: float | None = None, homogeneous: bool = False) -> float:
+def expected_run_s(name: str, args, homogeneous: bool = False) -> float:
     """A run's wall time by the time model above (set-up, training to target or the budget, tail,
-    the evaluations after the stop)."""
-    if args.dataset != "digits32":  # --quick's digits: tiny model and test set, short runs
+    the evaluations after the stop); --quick's digits: a tiny model and test set, short runs."""
+    if args.dataset != "digits32":
         spacing, startup, train, final = args.eval_interval_s, 10.0, {}, 2 * args.eval_interval_s
     else:
-        spacing = spacing or max(args.eval_interval_s, EVAL_SPACING_S["digits32"])
-        startup, train, final = STARTUP_S, EXPECTED_TRAIN_S, FINAL_EVAL_S["digits32"]
-    tail = tail_for(spacing) + (args.tail_s or 0.0)
+        spacing, startup = max(args.eval_interval_s, EVAL_SPACING_S["digits32"]), STARTUP_S
+        train, final = EXPECTED_TRAIN_S, FINAL_EVAL_S["digits32"]
     budget = budget_of(name, args, homogeneous)
     t = train.get(name, VARIANT_TRAIN_S if name in VARIANTS else budget / 2)
     reached = t is not None and t < budget
-    return startup + (t + tail if reached else budget) + final + STOP_S
+    return startup + (t + tail_for(spacing) + (args.tail_s or 0.0) if reached else budget) + final + STOP_S
 
 
 class Clock:
@@ -197,10 +187,6 @@ def estimate(args) -> dict:
             "variant_runs_in_cap": made}
 
 
-def estimate_s(args) -> float:
-    """The expected wall time (s) of the configuration under its cap, by the time model."""
-    return estimate(args)["capped_s"]
-
-
-def _names(csv: str) -> list[str]:
+def csv_names(csv: str) -> list[str]:
+    """The names of a comma-separated option ('' for none)."""
     return [n for n in (csv or "").split(",") if n]

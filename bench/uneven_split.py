@@ -1,6 +1,6 @@
 """Cost of edgemesh's uneven lowering against the same work written by hand in plain TF.
 
-    python bench/uneven_split.py [--steps 40] [--batch 64] [--model vgg]
+    python -m bench.uneven_split [--steps 40] [--batch 64] [--model vgg]
 
 Builds, on the same two in-process CPU devices, one training step (forward, backward, momentum
 update) of the reference model on 32x32x3 synthetic images, five ways:
@@ -17,18 +17,13 @@ step times (ms) and the ratios.
 import argparse
 import json
 import statistics
-import sys
 import time
 
 import numpy as np
 
-from edgemesh_tf.mesh.build import session_config
-from edgemesh_tf.mesh.compat import mtf, placement_mesh_impl, tf
-from edgemesh_tf.mesh.layout import Layout, local_devices, single_device_layout
-from edgemesh_tf.models import get_model
-from edgemesh_tf.models.plain_tf import PlainModel
-from edgemesh_tf.training.graph import build_train_graph
-from edgemesh_tf.training.loop import restore_or_init
+from edgemesh_tf.mesh import Layout, local_devices, mtf, placement_mesh_impl, session_config, single_device_layout, tf
+from edgemesh_tf.models import PlainModel, get_model
+from edgemesh_tf.training import build_train_graph, restore_or_init
 
 
 def _five_three(size: int) -> tuple[int, int]:
@@ -112,4 +107,3 @@ def main():
 
 if __name__ == "__main__":
     main()
-    sys.exit(0)

@@ -237,7 +237,7 @@ def test_the_make_targets_the_readme_shows_run_what_it_says():
     assert fast, recipes["test-fast"]
     assert set(re.findall(r"not (\w+)", fast.group(1))) == set(MARKERS) == {"emulator", "browser", "subprocess", "slow"}
     if "bench" in shown:
-        assert "bench/suite.py" in recipes["bench"], recipes["bench"]
+        assert "-m bench.suite" in recipes["bench"], recipes["bench"]
 
 
 def test_the_first_60_lines_hold_the_picture_the_two_commands_and_where_to_look():

@@ -10,7 +10,8 @@ _EXPORTS = {
     "parse_cluster": "spec", "cluster_spec_dict": "tf_config", "server_command": "tf_config",
     "tf_config": "tf_config", "EmulatedCluster": "emulator", "EmulatedDevice": "emulator", "down": "emulator",
     "emulated_cluster": "emulator", "up": "emulator", "Servers": "reach", "reach_servers": "reach",
-    "ServersNotAnswering": "ready", "check_servers": "ready",
+    "ServersNotAnswering": "ready", "check_servers": "ready", "of_testbed": "reach", "DeviceDied": "watch",
+    "watched": "watch", "free_ports": "emulated_network",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -14,7 +14,9 @@ RECORDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recorded")
 
 
 report = load("report")
+sections = load("report_sections")
 suite = load("suite")
+tta_plan = load("tta_plan")
 time_to_accuracy = load("time_to_accuracy")
 
 
@@ -56,7 +58,7 @@ def test_ratios_equal_the_time_to_accuracy_json(rendered):
     assert row.split("|")[-3].strip() == shown(tta["ashl_over_bsp"], 3)
     assert row.split("|")[-2].strip() == shown(tta["ashl_over_adsp"], 3)
     for name, s in tta["heterogeneous"]["strategies"].items():
-        assert report.LABELS[name] in text
+        assert load("report_common").LABELS[name] in text
         assert f"| {s['reached']} | {s['final_accuracy']} |" in text
     assert "| the project's ASHL (all its rules) |" in text
 
@@ -64,9 +66,10 @@ def test_ratios_equal_the_time_to_accuracy_json(rendered):
 def test_claims_shown_beside_the_papers(rendered):
     _, text = rendered
     claims = _rec("edgemesh_claims")["result"]
-    row = next(ln for ln in text.splitlines() if ln.startswith("| hybrid against single |"))
-    assert f"| {round(claims['ratios']['delay_single_over_hybrid'], 2)}× |" in row
-    assert "3.2×" in row and "-43%" in row
+    assert "the paper: 3.2× lower delay, 43% less memory" in text
+    for k, c in claims["checks"].items():
+        row = next(ln for ln in text.splitlines() if ln.startswith(f"| {k} |"))
+        assert f"| {c['value']} | {'≤' if c['at_most'] else '≥'} {c['threshold']} |" in row
 
 
 def test_failed_benchmark_shows_as_failed(rendered):
@@ -109,30 +112,40 @@ def test_malformed_record_names_the_file(tmp_path):
     ("import time; time.sleep(60)", "failed", "timed out after 2 s"),
 ])
 @pytest.mark.subprocess
-def test_suite_records_each_outcome(tmp_path, body, status, error):
-    script = tmp_path / "b.py"
-    script.write_text(body)
-    rec = suite.run_bench(suite.Bench("b", str(script), (), (), 2), quick=False)
+def test_suite_records_each_outcome(tmp_path, monkeypatch, body, status, error):
+    (tmp_path / "outcome").mkdir()
+    (tmp_path / "outcome" / "__init__.py").write_text("")
+    (tmp_path / "outcome" / "b.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    rec = suite.run_bench(suite.Bench("b", "outcome.b", (), (), 2), quick=False)
+    assert rec["command"] == "python -m outcome.b"
     assert rec["status"] == status
     assert rec["error"] == error
     assert rec["seconds"] < 30
 
 
-def test_suite_missing_script_is_failed():
-    rec = suite.run_bench(suite.Bench("nope", "does_not_exist.py", (), (), 5), quick=True)
-    assert rec["status"] == "failed" and "does_not_exist.py does not exist" in rec["error"]
+def test_suite_missing_module_is_failed():
+    rec = suite.run_bench(suite.Bench("nope", "does_not_exist", (), (), 5), quick=True)
+    assert rec["status"] == "failed" and "module bench.does_not_exist does not exist" in rec["error"]
+
+
+def test_every_benchmark_runs_as_a_module_of_the_bench_package():
+    import importlib.util
+    for b in suite.BENCHES:
+        assert importlib.util.find_spec("bench." + b.module) is not None, b
 
 
 def test_partial_rerun_is_added_to_the_machine_record_and_shown(tmp_path):
     shutil.copytree(RECORDED, tmp_path / "rec")
     path = str(tmp_path / "rec" / "machine.json")
     full = _rec("machine")
-    info = {"command": "python bench/suite.py --only faults", "date": "2026-11-30 17:00:00", "git_commit": "abc123",
+    info = {"command": "python -m bench.suite --only faults", "date": "2026-11-30 17:00:00", "git_commit": "abc123",
             "seconds": 700.0}
     merged = suite.record_machine(path, info, ["faults"])
     assert merged["command"] == full["command"] and merged["partial_runs"][-1]["only"] == ["faults"]
     text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
-    assert "Re-run since: faults by `python bench/suite.py --only faults` on 2026-11-30 17:00:00" in text
+    assert "Re-run since: faults by `python -m bench.suite --only faults` on 2026-11-30 17:00:00" in text
     assert full["command"] in text
 
 
@@ -174,7 +187,7 @@ def test_bsp_gets_a_budget_over_twice_ashls_time_in_make_bench():
     """ASHL <= 0.5x BSP can only be told when BSP's unreached runs count as more than twice ASHL's time."""
     tta = {b.name: b for b in suite.BENCHES}["time_to_accuracy"]
     args = time_to_accuracy.parser().parse_args(list(tta.full))
-    assert time_to_accuracy.budget_of("bsp", args) >= 2 * 64 > time_to_accuracy.budget_of("ashl", args)
+    assert tta_plan.budget_of("bsp", args) >= 2 * 64 > tta_plan.budget_of("ashl", args)
 
 
 def test_the_homogeneous_cluster_has_its_own_budget_in_make_bench():
@@ -182,9 +195,9 @@ def test_the_homogeneous_cluster_has_its_own_budget_in_make_bench():
     the target, and the homogeneous check compared two budgets. Its runs get a longer one, recorded."""
     tta = {b.name: b for b in suite.BENCHES}["time_to_accuracy"]
     args = time_to_accuracy.parser().parse_args(list(tta.full))
-    homo = {n: time_to_accuracy.budget_of(n, args, homogeneous=True) for n in ("ashl", "adsp", "bsp")}
+    homo = {n: tta_plan.budget_of(n, args, homogeneous=True) for n in ("ashl", "adsp", "bsp")}
     assert homo == {n: args.homo_budget_s for n in homo} and args.homo_budget_s >= 1.3 * args.budget_s
-    assert time_to_accuracy.budget_of("adsp", args) == args.budget_s  # the heterogeneous cluster's as before
+    assert tta_plan.budget_of("adsp", args) == args.budget_s  # the heterogeneous cluster's as before
     rows = time_to_accuracy.summary("ashl", [], homo["ashl"])
     assert rows["budget_s"] == args.homo_budget_s  # each strategy's record says which budget it had
 
@@ -202,12 +215,14 @@ def test_the_report_sums_make_bench_without_the_variants(rendered):
 def test_planner_section_shows_every_layout_and_the_prediction_check(tmp_path):
     def lay(pred, meas):
         return {"predicted_step_ms": pred, "measured_median_step_ms": meas, "predicted_over_measured": pred / meas,
-                "calibrated_over_measured": 1.0, "steps": 15}
+                "uncalibrated_over_measured": 1.0, "steps": 15}
 
     res = {"model": "vgg", "dataset": "cifar10", "batch": 16, "cluster": "layouts/lan4.yaml",
            "layouts": {"planned": lay(100.0, 95.0), "even": lay(110.0, 100.0), "alone:edge0": lay(60.0, 80.0)},
            "planned_over_even_throughput": 1.05, "prediction_max_error": 0.25, "uncalibrated_max_error": 0.4,
+           "repeats": 1, "repeat_max_errors": [0.25],
            "planned_layout": {"devices": ["edge0", "edge1"], "sizes": {"conv1": [20, 12], "fc1": "replicated"}}}
+    res["planned_layouts"] = [res["planned_layout"]]
     text, plots = report.planner_section({"status": "ok", "result": res}, str(tmp_path))
     for k in ("planned", "even", "alone:edge0"):
         assert f"| {k} |" in text
@@ -216,7 +231,7 @@ def test_planner_section_shows_every_layout_and_the_prediction_check(tmp_path):
     assert "The one-group plan: edge0, edge1, conv1 [20, 12]." in text
     assert plots == ["planner.png"]
     assert "rounds" not in text  # a record of one round
-    res.update(repeats=3, repeat_max_errors=[0.25, 0.1, 0.3])
+    res.update(repeats=3, repeat_max_errors=[0.25, 0.1, 0.3], planned_layouts=[res["planned_layout"]] * 3)
     text, _ = report.planner_section({"status": "ok", "result": res}, str(tmp_path))
     assert "median over 3 rounds" in text and "each round's largest error: 25.0%, 10.0%, 30.0%." in text
     # each round plans on its own profile: when the plans differ, each is named
@@ -237,9 +252,10 @@ def test_the_planner_section_separates_the_machines_drift_from_the_models_error(
 
     res = {"model": "vgg16", "dataset": "digits32", "batch": 32, "cluster": "layouts/pi4.yaml",
            "layouts": {"planned": lay([0.92, 1.1]), "alone:a": lay([0.95, 1.2]), "alone:c": lay([1.0, 1.5])},
-           "prediction_max_error": 0.2, "repeats": 2, "repeat_max_errors": [0.1, 0.5],
+           "prediction_max_error": 0.2, "uncalibrated_max_error": 0.3, "repeats": 2, "repeat_max_errors": [0.1, 0.5],
+           "planned_layouts": [{"devices": ["a"], "sizes": {}}],
            "calibration": {"whole_step_ms": {"a": 7000.0}}}
-    got = report.drift_by_round(res)
+    got = sections.drift_by_round(res)
     # round 2: the calibrated device's own step was predicted 1.2x: the others relative to that
     assert got == {"device": "a", "drift": [0.95, 1.2], "relative_max_errors": [0.053, 0.25],
                    "worst": ["alone:c", "alone:c"]}
@@ -250,7 +266,7 @@ def test_the_planner_section_separates_the_machines_drift_from_the_models_error(
     res["calibration"]["whole_step_ms"]["c"] = 9000.0
     assert "timed no whole step" not in report.planner_section({"status": "ok", "result": res}, str(tmp_path))[0]
     del res["calibration"]  # records without a calibrated device alone: nothing to relate to
-    assert report.drift_by_round(res) is None
+    assert sections.drift_by_round(res) is None
 
 
 def test_planner_layouts_are_medians_over_rounds():
@@ -275,7 +291,7 @@ def test_planner_layouts_are_medians_over_rounds():
 
 def test_the_final_accuracy_column_says_on_how_many_test_images(rendered):
     _, text = rendered
-    assert "Final accuracy, median (all test images)" in text  # the recorded run predates final_eval_examples
+    assert "Final accuracy, median (all test images)" in text  # the recorded run evaluated on the whole test set
     report_tta = load("report_tta")
     assert report_tta.final_header({"final_eval_examples": 1000}) == "Final accuracy (1,000 test images)"
 

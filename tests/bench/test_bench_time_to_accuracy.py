@@ -1,5 +1,5 @@
-"""bench/time_to_accuracy.py without a testbed: the schedule, the time estimate, each run's figures,
-the JSON it assembles (keys, statistics, checks) and bench/report.py rendering that JSON."""
+"""bench/time_to_accuracy.py without a testbed: the schedule and time estimate (bench/tta_plan.py), each
+run's figures, the JSON it assembles (keys, statistics, checks) and bench/report.py rendering that JSON."""
 import json
 import os
 import re
@@ -12,10 +12,10 @@ from bench_modules import load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECORDED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recorded")
-RECORDED_V1 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "recorded_v1")
 
 
 tta = load("time_to_accuracy")
+tta_plan = load("tta_plan")
 report = load("report")
 
 
@@ -26,31 +26,31 @@ def _args(*argv):
 # ---- schedule and estimate ----
 
 def test_default_plan_has_the_issues_seed_counts():
-    plan = tta.plan_of(_args())
+    plan = tta_plan.plan_of(_args())
     het = plan["heterogeneous"]
     count = lambda runs, n: sum(1 for name, _ in runs if name == n)  # noqa: E731
     assert count(het, "ashl") >= 8 and count(het, "adsp") >= 8
     assert count(het, "bsp") == 3
     assert {n for n, _ in plan["homogeneous"]} == {"ashl", "adsp"} and len(plan["homogeneous"]) == 4
     assert sorted(s for n, s in het if n == "ashl") == list(range(count(het, "ashl")))
-    for name in tta.DEFAULT_VARIANTS:  # each interleaved with its strategy as published
+    for name in tta_plan.DEFAULT_VARIANTS:  # each interleaved with its strategy as published
         assert count(het, name) == _args().variant_seeds >= 2
-    assert {tta.base_of(n) for n in tta.DEFAULT_VARIANTS} == {"ashl", "adsp"}
+    assert {tta_plan.base_of(n) for n in tta_plan.DEFAULT_VARIANTS} == {"ashl", "adsp"}
 
 
 def test_runs_are_interleaved_by_seed_and_rotated():
-    order = tta.schedule([("a", 2), ("b", 2), ("c", 1)])
+    order = tta_plan.schedule([("a", 2), ("b", 2), ("c", 1)])
     assert order == [("a", 0), ("b", 0), ("c", 0), ("b", 1), ("a", 1)]
-    seeds = [s for _, s in tta.schedule([("ashl", 8), ("adsp", 8), ("bsp", 3)])]
+    seeds = [s for _, s in tta_plan.schedule([("ashl", 8), ("adsp", 8), ("bsp", 3)])]
     assert seeds == sorted(seeds)  # every strategy's seed k before any seed k + 1
 
 
 def test_default_benchmark_is_estimated_within_80_minutes():
-    e = tta.estimate(_args())
-    assert e["capped_s"] <= 80 * 60 and e["capped_s"] == tta.estimate_s(_args()) == e["full_s"]
-    assert e["variant_runs"] == e["variant_runs_in_cap"] == 2 * len(tta.DEFAULT_VARIANTS)
-    assert tta.estimate_s(_args("--quick")) <= 6 * 60
-    capped = tta.estimate(_args("--max_minutes", "50"))
+    e = tta_plan.estimate(_args())
+    assert e["capped_s"] <= 80 * 60 and e["capped_s"] == e["full_s"]
+    assert e["variant_runs"] == e["variant_runs_in_cap"] == 2 * len(tta_plan.DEFAULT_VARIANTS)
+    assert tta_plan.estimate(_args("--quick"))["capped_s"] <= 6 * 60
+    capped = tta_plan.estimate(_args("--max_minutes", "50"))
     assert capped["capped_s"] <= 50 * 60 and capped["variant_runs_in_cap"] < capped["variant_runs"]
     assert "Estimated wall time of the defaults" in tta._help_estimate()
 
@@ -58,10 +58,10 @@ def test_default_benchmark_is_estimated_within_80_minutes():
 def test_the_cap_skips_variant_runs_never_strategy_runs(monkeypatch):
     args = _args("--max_minutes", "10", "--seeds", "2", "--other_seeds", "1", "--variant_seeds", "1",
                  "--homo_cluster", "", "--variants", "ashl_project,ashl+replan")
-    plan = tta.plan_of(args)
+    plan = tta_plan.plan_of(args)
     now = [1000.0]
-    monkeypatch.setattr(tta.time, "monotonic", lambda: now[0])
-    clock = tta.Clock(args, plan)
+    monkeypatch.setattr(tta_plan.time, "monotonic", lambda: now[0])
+    clock = tta_plan.Clock(args, plan)
     made = []
     for name, seed in plan["heterogeneous"]:
         if clock.allows(name, seed):
@@ -70,13 +70,13 @@ def test_the_cap_skips_variant_runs_never_strategy_runs(monkeypatch):
             clock.done(name, 150.0)
     assert sorted(made) == ["adsp", "adsp", "ashl", "ashl", "bsp"]
     assert clock.skipped == ["ashl_project seed 0", "ashl+replan seed 0"]
-    roomy = tta.Clock(_args("--max_minutes", "0"), plan)
+    roomy = tta_plan.Clock(_args("--max_minutes", "0"), plan)
     assert all(roomy.allows(n, s) for n, s in plan["heterogeneous"])
 
 
 def test_tail_lets_the_chief_see_three_evaluations():
-    assert tta.tail_for(8.0) == pytest.approx(20.0)
-    assert tta.CONSECUTIVE == 3
+    assert tta_plan.tail_for(8.0) == pytest.approx(20.0)
+    assert tta_plan.CONSECUTIVE == 3
 
 
 def test_quick_changes_only_the_defaults():
@@ -89,17 +89,17 @@ def test_quick_changes_only_the_defaults():
 
 def test_every_strategy_and_variant_is_a_valid_sync_config():
     pytest.importorskip("tensorflow")
-    for name in tta.CONFIGS:
-        cfg = tta.sync_config(name)
-        assert cfg.strategy == tta.CONFIGS[name]["strategy"]
-    project = tta.sync_config("ashl_project")
+    for name in tta_plan.CONFIGS:
+        cfg = tta_plan.sync_config(name)
+        assert cfg.strategy == tta_plan.CONFIGS[name]["strategy"]
+    project = tta_plan.sync_config("ashl_project")
     assert (project.compression, project.compress_in_ahl, project.phase_shares, project.replan,
             project.error_feedback, project.staleness_rule, project.lr_schedule) == (
         "budget", True, True, True, True, "project", "constant")
-    published = tta.sync_config("ashl")
+    published = tta_plan.sync_config("ashl")
     assert (published.compression, published.error_feedback, published.replan) == ("ashl", False, False)
-    assert tta.sync_config("adsp").lr_schedule == "cosine" == published.lr_schedule  # one optimizer for both
-    assert tta.sync_config("adsp+constant_lr").lr_schedule == "constant"
+    assert tta_plan.sync_config("adsp").lr_schedule == "cosine" == published.lr_schedule  # one optimizer for both
+    assert tta_plan.sync_config("adsp+constant_lr").lr_schedule == "constant"
 
 
 # ---- one run's figures ----
@@ -179,7 +179,7 @@ def test_assembled_json_has_the_issues_keys():
     assert 0 < out["ashl_over_adsp_p"] < 0.05
     assert out["ashl_over_bsp"] == pytest.approx(round(32 / 150, 4))
     assert out["budget_s"] == 90 and out["bsp_budget_s"] == 150
-    assert out["eval_examples"] == tta.EVAL_EXAMPLES == 500 and out["final_eval_examples"] == 1000
+    assert out["eval_examples"] == tta_plan.EVAL_EXAMPLES == 500 and out["final_eval_examples"] == 1000
     assert len(s["ashl"]["runs"]) == 8 and s["ashl"]["times_s"] == ASHL
 
 
@@ -238,7 +238,7 @@ def rendered_v2(tmp_path_factory):
     root = tmp_path_factory.mktemp("v2")
     shutil.copytree(RECORDED, root / "rec")
     (root / "rec" / "time_to_accuracy.json").write_text(json.dumps(
-        {"name": "time_to_accuracy", "status": "ok", "command": "python bench/time_to_accuracy.py", "seconds": 2400.0,
+        {"name": "time_to_accuracy", "status": "ok", "command": "python -m bench.time_to_accuracy", "seconds": 2400.0,
          "result": json.loads(json.dumps(_assembled()))}))
     path = report.render(str(root / "rec"), str(root / "out"))
     return root / "out", open(path).read(), _assembled()
@@ -280,16 +280,6 @@ def test_report_plots_per_seed_times(rendered_v2):
         with open(out_dir / png, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n", png
         assert f"({png})" in text
-
-
-def test_report_still_renders_the_first_format(tmp_path):
-    shutil.copytree(RECORDED, tmp_path / "rec")
-    shutil.copy(os.path.join(RECORDED_V1, "time_to_accuracy.json"), tmp_path / "rec" / "time_to_accuracy.json")
-    old = json.load(open(os.path.join(RECORDED_V1, "time_to_accuracy.json")))["result"]
-    text = open(report.render(str(tmp_path / "rec"), str(tmp_path / "out"))).read()
-    m = re.search(r"`ashl_over_adsp` = ([0-9]+(?:\.[0-9]+)?)", text)
-    assert m and m.group(1) == str(round(old["ratios"]["ashl_over_adsp"], 4))
-    assert "Check (issue 5)" in text and (tmp_path / "out" / "tta_homo4.png").exists()
 
 
 def test_final_accuracy_against_a_bsp_that_never_converged_is_undecided():

@@ -1,0 +1,200 @@
+"""The sections of bench/REPORT.md for the planner, the emulation, the uneven split, the faults, the
+final accuracy, a user's own model and the set-up time (bench/report_claims.py and bench/report_tta.py
+render the claims and the time to accuracy)."""
+from bench.report_common import MIB, compact, figure, fmt, identity_scatter, plt, section, table
+
+
+def drift_by_round(res) -> dict | None:
+    """The machine's drift between profiling and measuring, round by round (pure). The calibration
+    makes the cost model predict a device's whole step alone as the profiler timed it, so that
+    device's predicted ÷ measured step alone is its step at profiling over the same step timed
+    minutes later. {"device", "drift": that ratio by round, "relative_max_errors": each round's
+    largest |ratio / drift - 1| over the layouts (a ratio of two steps measured side by side),
+    "worst": the layout it was}; None without a calibrated device's step alone measured by round."""
+    lays = res.get("layouts") or {}
+    calibrated = [d for d in (res.get("calibration") or {}).get("whole_step_ms", {})
+                  if lays.get(f"alone:{d}", {}).get("predicted_over_measured_by_round")]
+    if not calibrated:
+        return None
+    drift = lays[f"alone:{calibrated[0]}"]["predicted_over_measured_by_round"]
+    rel, worst = [], []
+    for i, d in enumerate(drift):
+        errors = {k: abs(v["predicted_over_measured_by_round"][i] / d - 1.0) for k, v in lays.items()
+                  if len(v.get("predicted_over_measured_by_round", ())) > i}
+        worst.append(max(errors, key=errors.get))
+        rel.append(round(errors[worst[-1]], 3))
+    return {"device": calibrated[0], "drift": drift, "relative_max_errors": rel, "worst": worst}
+
+
+def _describe(lay) -> str:
+    return ", ".join(lay["devices"]) + ", " + (", ".join(
+        f"{d} {v}" for d, v in lay["sizes"].items() if v != "replicated") or "every layer whole")
+
+
+def _drift(res) -> list[str]:
+    """The machine's drift between profiling and measuring, and each round's error relative to it."""
+    drift = drift_by_round(res)
+    if not drift:
+        return []
+    d, untimed = drift["device"], sorted({w.split(":", 1)[1] for w in drift["worst"] if w.startswith("alone:")}
+                                         - set(res["calibration"]["whole_step_ms"]))
+    return [f"The machine's drift between profiling and measuring: the calibration makes the cost model predict "
+            f"{d}'s step alone as the profiler timed it, so `alone:{d}`'s predicted ÷ measured is the same step at "
+            "profiling over the same step measured minutes later: " + ", ".join(fmt(x, 3) for x in drift["drift"])
+            + " by round. Relative to it (two steps of one round, measured side by side), each round's largest "
+            "error: " + ", ".join(f"{fmt(100 * e, 1)}% (`{w}`)" for e, w in zip(drift["relative_max_errors"],
+                                                                                drift["worst"])) + ".\n"] + (
+        [f"{', '.join(untimed)} timed no whole step while profiling (the profiler runs only what the memory model "
+         f"says a device holds within its budget), so {'its' if len(untimed) == 1 else 'their'} layer times are "
+         "scaled by the factor of the timed device nearest in speed (`planner/calibrate.py`).\n"] if untimed else [])
+
+
+@section("## Planner: predicted against measured step time{where}")
+def planner_section(res, text, out_dir, name="planner", where=""):
+    pts = res["layouts"]
+    text.append(f"`{res['model']}` on {res['dataset']}, batch {res['batch']}, one group over the workers of "
+                f"`{res['cluster']}` (planned and even split; `even:3`: the even split over the three fastest), "
+                "and each worker alone (`alone:`, the groups of the all-replicated alternative); measured steps "
+                "are medians over the number of steps shown.\n")
+    text.append(table(["Layout", "Predicted", "Measured", "Predicted ÷ measured",
+                       "Uncalibrated ÷ measured (layer times as profiled)", "Steps"],
+                      [[k, fmt(v["predicted_step_ms"], 1, " ms"), fmt(v["measured_median_step_ms"], 1, " ms"),
+                        fmt(v["predicted_over_measured"], 3), fmt(v.get("uncalibrated_over_measured"), 3),
+                        v.get("steps")] for k, v in pts.items()]) + "\n")
+    plans = res["planned_layouts"]
+    if all(p == plans[0] for p in plans):
+        text.append(f"The one-group plan: {_describe(plans[0])}.\n")
+    else:  # each round plans on its own profile: the planned row compares each with its own plan
+        text.append("The one-group plan of each round: "
+                    + "; ".join(f"round {i + 1}: {_describe(p)}" for i, p in enumerate(plans)) + ".\n")
+    text.append(f"Planned over even throughput: {fmt(res.get('planned_over_even_throughput'), 3)}×.\n")
+    text.append(f"Largest prediction error: {fmt(100 * res['prediction_max_error'], 1)}% (issue 15: within 15%): "
+                + ("pass" if res["prediction_max_error"] <= 0.15 else "**not met**")
+                + f"; uncalibrated {fmt(100 * res['uncalibrated_max_error'], 1)}%.\n")
+    if res["repeats"] > 1:
+        text.append(f"Each figure is the median over {res['repeats']} rounds of profiling, planning and measuring on "
+                    "one testbed (this machine's speed drifts over minutes); each round's largest error: "
+                    + ", ".join(f"{fmt(100 * e, 1)}%" for e in res["repeat_max_errors"]) + ".\n")
+    text += _drift(res) if res["repeats"] > 1 else []
+    if res.get("memory"):
+        text.append(table(["Model (memory)", "One device peak", "Filter split, max peak per device", "Ratio"],
+                          [[m, fmt(max(d["one_device_peak_bytes"].values()) / MIB, 1, " MiB"),
+                            fmt(max(d["filter_split_peak_bytes"].values()) / MIB, 1, " MiB"),
+                            fmt(d["split_over_one_device_max"], 3)] for m, d in res["memory"].items()]) + "\n")
+    fig, ax = plt.subplots(figsize=(4.5, 4.5))
+    identity_scatter(ax, [(v["measured_median_step_ms"], v["predicted_step_ms"], k) for k, v in pts.items()],
+                     "measured step (ms)", "predicted step (ms)", "planner's cost model")
+    ax.legend()
+    return figure(fig, out_dir, text, name)
+
+
+@section("## Emulation fidelity: configured against measured (`{name}`)")
+def emulation_section(res, text, out_dir, name="emulation"):
+    devs, links = res.get("devices", {}), res.get("links", {})
+    rows = [[n, fmt(d.get("speed_file")), fmt(d.get("speed_measured")), fmt(ln.get("latency_ms_file"), 1),
+             fmt(ln.get("latency_ms"), 2), fmt(ln.get("bandwidth_mbit_file")), fmt(ln.get("download_mbit"), 1),
+             fmt(ln.get("upload_mbit"), 1), "yes" if d.get("ok") and ln.get("ok", True) else "**no**"]
+            for n, d in devs.items() for ln in [links.get(n, {})]]
+    text.append(f"`{res['cluster']}`, network {res.get('network')}, compute {res.get('compute')}, tolerance "
+                f"±{res.get('tolerance', 0):.0%}, load average during the run {res.get('load_average')}.\n")
+    text.append(table(["Device", "Speed (file)", "Speed (measured)", "Latency ms (file)", "Latency ms (measured)",
+                       "Mbit/s (file)", "Down Mbit/s", "Up Mbit/s", "Within tolerance"], rows) + "\n")
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
+    for ax, (conf, meas, title) in zip(axes, (
+            (lambda n: devs[n].get("speed_file"), lambda n: devs[n].get("speed_measured"), "relative speed"),
+            (lambda n: links.get(n, {}).get("bandwidth_mbit_file"), lambda n: links.get(n, {}).get("download_mbit"),
+             "bandwidth (Mbit/s)"))):
+        pairs = [(conf(n), meas(n), n) for n in devs if conf(n) is not None and meas(n) is not None]
+        if pairs:
+            identity_scatter(ax, pairs, "configured", "measured", title)
+    return figure(fig, out_dir, text, name)
+
+
+@section("## Uneven lowering against plain TensorFlow")
+def uneven_section(res, text, out_dir):
+    text.append(f"`{res['model']}`, batch {res['batch']}, input {res.get('image_shape')}, {res.get('devices')} "
+                f"in-process CPU devices, medians over {res.get('steps_per_config')} steps per configuration.\n")
+    text.append(table(["Configuration", "Median step"], [[k, fmt(v, 1, " ms")] for k, v in res["median_step_ms"].items()])
+                + "\n")
+    text.append(table(["Ratio", "Value"], [[k, fmt(res[k])] for k in (
+        "uneven_over_plain_tf", "unsplit_over_plain_tf", "virtual_processors_over_edgemesh") if k in res]) + "\n")
+    return []
+
+
+@section("## A user's own model against plain TensorFlow on one device (`make bench-own-model`)")
+def own_model_section(res, text, out_dir):
+    text.append(f"`{res['model']}` on {res['dataset']}, cluster `{res['cluster']}`. Plain TF: the same network and "
+                f"initial weights on one device, {res['epochs']} epochs of SGD with momentum; edgemesh: profile, plan "
+                f"and ASHL ({res['lr_schedule']} learning rate) to the plain-TF median less one point "
+                f"({fmt(res['target'], 4)}).\n")
+    rows = [[s, fmt(res["plain_tf_one_device"][s], 4), fmt(r["accuracy"], 4), "yes" if r["reached"] else "**no**",
+             fmt(r["time_to_target_s"], 1, " s"), fmt(r["setup_s"], 1, " s"),
+             r["planned"]["kind"] + (" (splits " + ", ".join(sorted({d for g in r["planned"]["splits"].values()
+                                                                    for d in g})) + ")"
+                                     if r["planned"]["splits"] else ", no split")]
+            for s, r in res["edgemesh"].items()]
+    text.append(table(["Seed", "Plain TF", "edgemesh final", "Target reached", "Time to target", "Set-up", "Plan"],
+                      rows) + "\n")
+    text.append(f"Medians: plain TF {fmt(res['plain_tf_median'], 4)}, edgemesh {fmt(res['edgemesh_median'], 4)} "
+                f"(the target is judged on {res.get('target_judged_on', 'the whole test set')}, the final accuracy on "
+                "the whole test set after the commits in flight land, so a run may end below the target it reached).\n")
+    return []
+
+
+@section("## The main job's set-up: first run and rerun (`make bench-setup`)")
+def setup_section(res, text, out_dir):
+    text.append(f"`edgemesh run --cluster {res['cluster']}` (the main job's defaults) with an empty profile cache, "
+                f"then the same command again; each pair with a cache of its own, pairs one after another. "
+                f"`setup_s` from each job's summary.json: the job's wall time but its training: servers, "
+                f"profiling or the cached profile, planning, the groups' start and the testbed's teardown "
+                f"(not the command's imports).\n")
+    rows = [[i + 1, fmt(p["first"]["setup_s"], 1, " s"), fmt(p["rerun"]["setup_s"], 1, " s"),
+             "yes" if p["rerun"]["reused"] else "**no**", fmt(p["first"]["train_s"], 1, " s"),
+             fmt(p["rerun"]["train_s"], 1, " s"), fmt(p["first"]["accuracy"], 4), fmt(p["rerun"]["accuracy"], 4)]
+            for i, p in enumerate(res["pairs"])]
+    text.append(table(["Pair", "First set-up", "Rerun set-up", "Rerun reused the profile", "First training",
+                       "Rerun training", "First accuracy", "Rerun accuracy"], rows) + "\n")
+    med = res["median_setup_s"]
+    text.append(f"Medians: first run {fmt(med['first'], 1, ' s')}, rerun {fmt(med['rerun'], 1, ' s')} "
+                f"(rerun / first {fmt(res['rerun_over_first'], 2)}).\n")
+    return []
+
+
+@section("## Faults")
+def faults_section(res, text, out_dir):
+    text.append(table(["Scenario", "What", "OK", "Measured"],
+                      [[r.get("scenario"), r.get("what", "—"), "yes" if r.get("ok") else "**no**",
+                        "; ".join(f"{k}: {compact(v)}" for k, v in r.items() if k not in ("scenario", "what", "ok")
+                                  and v is not None)] for r in res.get("scenarios", [])]) + "\n")
+    return []
+
+
+@section("## Final accuracy: ASHL against BSP converged (`make bench-final`)")
+def final_section(res, text, out_dir):
+    runs, check = res["runs"], res["check"]
+    text.append(f"`{res['model']}` on {res['dataset']}, batch {res['batch']} per group, on `{res['cluster']}`; "
+                f"{res['seeds']} seeds each, interleaved. ASHL (as published) trains under the cluster's limits; "
+                "BSP with every limit lifted (its curve per iteration does not depend on the devices' speeds: "
+                "each iteration waits for every group), so that it runs many more iterations in its budget than "
+                "under the limits (the global steps below are the groups' iterations summed). Converged: the last "
+                f"quarter of the run adds at most {fmt(100 * res['plateau'], 1)} points.\n")
+    text.append(table(["Strategy", "Seed", "Limits", "Trained", "Global steps", "Final accuracy", "Converged"],
+                      [[name, r["seed"], r["limits"], fmt(r["budget_s"], 0, " s"), r["global_steps"],
+                        fmt(100 * r["accuracy"], 2, "%"), "yes" if r["converged"] else "no"]
+                       for name, rs in runs.items() for r in rs]) + "\n")
+    verdict = "pass" if check.get("pass") else ("undecided: " + check["undecided"] if check.get("undecided")
+                                                 else "**not met**")
+    text.append(table(["Check (issue 16)", "Measured", "Threshold", "Result"],
+                      [["ASHL final accuracy within 1 point of BSP's",
+                        f"{fmt(check.get('difference'), 4)} ({fmt(check.get('ashl_final_accuracy'), 4)} - "
+                        f"{fmt(check.get('bsp_final_accuracy'), 4)})", check.get("threshold", "—"), verdict]]) + "\n")
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for name, color in (("ashl", "tab:blue"), ("bsp", "tab:gray")):
+        for i, r in enumerate(runs.get(name, [])):
+            t, a = zip(*r["curve"]) if r["curve"] else ((), ())
+            ax.plot(t, a, color=color, alpha=0.8, label=name.upper() + (" (limits lifted)" if name == "bsp" else "")
+                    if i == 0 else None)
+    ax.set(xlabel="training time (s; BSP's with the limits lifted, so not comparable)", ylabel="held-out accuracy",
+           title="final accuracy")
+    ax.legend()
+    return figure(fig, out_dir, text, "final_accuracy")
