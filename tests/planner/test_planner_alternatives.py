@@ -150,9 +150,9 @@ def test_within_two_percent_of_brute_force(seed, k, n_layers, tight):
     assert divide(group, stats, subsets=True).prediction.step_ms <= best_any * 1.02
 
 
-def test_256_devices_plan_in_under_5s():
-    result, elapsed, devs = plan_random_cluster(get_model("vgg", (32, 32, 3), 10), 256)
-    assert elapsed < 5.0, "planning 256 devices took %.2f s" % elapsed
+def test_256_devices_plan_to_a_grid_that_uses_each_device_once():
+    """The planning time at this scale is bench/planner.py's (`planning_256_under_5s`), not a test's."""
+    result, _, devs = plan_random_cluster(get_model("vgg", (32, 32, 3), 10), 256)
     used = [n for g in result.groups for n in g.names]
     assert len(used) == len(set(used)) and len(used) + len(result.idle) == 256
     assert result.examples_per_sec >= max(r for _, r in result.alternatives)

@@ -1,4 +1,4 @@
-"""The adaptive grid: capability-balanced groups, throughput scoring, and planning time."""
+"""The adaptive grid: capability-balanced groups and throughput scoring (planning time: bench/planner.py)."""
 import dataclasses
 
 import pytest
@@ -11,9 +11,9 @@ from edgemesh_tf.planner.grid import throughput
 VGG32 = get_model("vgg", (32, 32, 3), 10)
 
 
-def test_sixteen_devices_vgg_plans_in_under_5s():
-    result, elapsed, devs = plan_random_cluster(VGG32, 16)
-    assert elapsed < 5.0, "planning 16 devices took %.2f s" % elapsed
+def test_sixteen_devices_vgg_plan_to_valid_layouts_that_beat_every_candidate():
+    """The planning time is bench/planner.py's (planning_s for 16, 64 and 256 devices), not a test's."""
+    result, _, devs = plan_random_cluster(VGG32, 16)
     used = [n for g in result.groups for n in g.names]
     assert len(used) == len(set(used)) and sorted(used + list(result.idle)) == sorted(d.name for d in devs)
     assert result.examples_per_sec >= max(r for _, r in result.candidates + result.alternatives) * (1 - 1e-9)
