@@ -3,20 +3,16 @@
 Names are imported lazily so that helper processes (`python -m edgemesh_tf.cluster.forwarder`)
 start without loading the rest.
 """
-import importlib
+from edgemesh_tf.lazy import lazy_exports
 
 _EXPORTS = {
     "ClusterFile": "spec", "ClusterFileError": "spec", "Device": "spec", "load_cluster": "spec",
     "parse_cluster": "spec", "cluster_spec_dict": "tf_config", "server_command": "tf_config",
-    "tf_config": "tf_config", "EmulatedCluster": "emulator", "EmulatedDevice": "emulator", "down": "emulator",
+    "EmulatedCluster": "emulator", "EmulatedDevice": "emulator", "down": "emulator",
     "emulated_cluster": "emulator", "up": "emulator", "Servers": "reach", "reach_servers": "reach",
     "ServersNotAnswering": "ready", "check_servers": "ready", "of_testbed": "reach", "DeviceDied": "watch",
     "watched": "watch", "free_ports": "emulated_network",
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    return getattr(importlib.import_module("edgemesh_tf.cluster." + _EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

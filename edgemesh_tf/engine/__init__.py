@@ -5,7 +5,7 @@ reads without importing the rest), `core` (pure decisions, no TensorFlow) and `r
 TensorFlow sessions and processes around them). The names below are the engine's public ones;
 they are imported lazily, so ``import edgemesh_tf.engine`` loads nothing else.
 """
-import importlib
+from edgemesh_tf.lazy import lazy_exports
 
 _EXPORTS = {
     "GroupSpec": "config", "JobConfig": "config", "STRATEGIES": "config", "SyncConfig": "config",
@@ -15,8 +15,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    return getattr(importlib.import_module(__name__ + "." + _EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -4,7 +4,7 @@ Names are imported lazily (``importlib.import_module`` on first use): a layout i
 importing the package does not import TensorFlow until a name that needs it (``tf``, ``mtf``,
 ``session_config``) is used.
 """
-import importlib
+from edgemesh_tf.lazy import lazy_exports
 
 _EXPORTS = {
     "Layout": "layout", "even_split_layout": "layout", "local_devices": "layout", "single_device_layout": "layout",
@@ -12,8 +12,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    return getattr(importlib.import_module(__name__ + "." + _EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

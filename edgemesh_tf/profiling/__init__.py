@@ -3,7 +3,7 @@
 Names are imported lazily (``importlib.import_module`` on first use), so that importing the package
 imports neither TensorFlow nor the planner that reads the profiles.
 """
-import importlib
+from edgemesh_tf.lazy import lazy_exports
 
 _EXPORTS = {
     "DeviceProfile": "types", "LayerTiming": "types", "Profile": "types",
@@ -13,8 +13,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    return getattr(importlib.import_module(__name__ + "." + _EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

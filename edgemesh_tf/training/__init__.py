@@ -3,13 +3,9 @@
 Names are imported lazily (``importlib.import_module`` on first use), so that importing the package
 does not import TensorFlow.
 """
-import importlib
+from edgemesh_tf.lazy import lazy_exports
 
 _EXPORTS = {"build_train_graph": "graph", "restore_or_init": "loop"}
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    return getattr(importlib.import_module(__name__ + "." + _EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
