@@ -230,6 +230,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
         final = train_planned(cluster, plan_path, job.batch, s, servers, job.emulate, emit,
                               device_info=_device_info(cluster, profile, result), profile_path=profile_path)
         cache.update(check_profile(final, cache))
+    from edgemesh_tf.summaries.writers import tensorboard_command
     pvm = predicted_vs_measured(result, cluster, s.sync, final)
     write_predicted_vs_measured(s.logdir, pvm, final["t"])
     summary = {"cluster": job.cluster, "model": s.model, "dataset": s.dataset, "strategy": s.sync.strategy,
@@ -244,7 +245,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
                "predicted_vs_measured": pvm,
                "profile": profile_path, "profile_cache": cache, "initial_weights": spec.source if initial_weights(spec) else None,
                "export": final.get("export"),
-               "logdir": s.logdir, "tensorboard": "tensorboard --logdir %s" % os.path.join(s.logdir, "tb")}
+               "logdir": s.logdir, "tensorboard": tensorboard_command(s.logdir)}
     with open(os.path.join(s.logdir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return summary

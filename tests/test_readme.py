@@ -38,7 +38,7 @@ RUN_BY = {
                                   "test_bsp_equals_single_process_sgd_on_the_concatenated_batches"),
     "make bench": (THIS + "test_the_make_targets_the_readme_shows_run_what_it_says",
                    "tests/bench/test_bench_report.py::test_make_bench_leaves_the_variant_table_to_its_own_target"),
-    "tensorboard --logdir": (MAIN_JOB + "test_tensorboard_shows_layout_and_throughput_in_headless_chromium",),
+    ".venv/bin/tensorboard --logdir": (MAIN_JOB + "test_tensorboard_shows_layout_and_throughput_in_headless_chromium",),
     # Your own model: the check command and the model file are the README's own (extracted by the test)
     ".venv/bin/python -c": (EXAMPLES + "test_readme_check_command_prints_the_models_layers",),
     ".venv/bin/edgemesh run --model my_model.py": (EXAMPLES + "test_readme_model_file_loads_for_digits32",

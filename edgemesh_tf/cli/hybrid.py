@@ -183,9 +183,10 @@ def run(job: HybridJob) -> None:
         final = run_job(cfg, job.cluster, emulate=job.emulate, emit=records.print_line, fast_setup=True)
     except (RuntimeError, TimeoutError) as e:  # PSLost, every group lost, a wait that timed out
         raise SystemExit("edgemesh train: %s" % e)
-    print("done: %s; accuracy %.4f after %.1f s, %d steps, %.2f MB sent, %.1f s waiting; tensorboard --logdir %s/tb"
+    from edgemesh_tf.summaries.writers import tensorboard_command
+    print("done: %s; accuracy %.4f after %.1f s, %d steps, %.2f MB sent, %.1f s waiting; %s"
           % (final["why"], final["accuracy"], final["t"], final["global_steps"], final["bytes_sent"] / 1e6,
-             final["wait_s"], cfg.logdir), flush=True)
+             final["wait_s"], tensorboard_command(cfg.logdir)), flush=True)
     print(json.dumps({k: v for k, v in final.items() if k != "curve"}), flush=True)
     bad = {g: c for g, c in final["group_exit_codes"].items() if c and g not in final["lost_groups"]}
     if bad:

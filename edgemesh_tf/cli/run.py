@@ -66,7 +66,7 @@ def summary_text(s: dict) -> str:
     """The summary a person reads at the end of the job."""
     lines = ["", "== %s on %s, %s, cluster %s (%s network, %s compute) ==" % (
         s["model"], s["dataset"], s["strategy"], s["cluster"], s["testbed"]["network"], s["testbed"]["compute"])]
-    reached = ("target %.3f reached at %.1f s" % (s["target_accuracy"], s["time_to_target_s"])
+    reached = ("target %.3f reached at %.1f s in the periodic evaluation" % (s["target_accuracy"], s["time_to_target_s"])
                if s["time_to_target_s"] is not None else "stopped: %s" % s["why"])
     if s.get("initial_weights"):
         lines.append("started from the weights in %s (not from random initial values)" % s["initial_weights"])
@@ -82,8 +82,8 @@ def summary_text(s: dict) -> str:
                                                            d["compute_gflops"], 100 * d["utilisation"]))
     lines.extend(plan_lines(s["planned"]))
     if s["idle_devices"]:
-        lines.append("  idle: %s (the planner predicts the job faster without them; see %s)" % (
-            ", ".join(s["idle_devices"]), s["plan"]))
+        lines.append("  idle: %s (the planner predicts the job faster without %s; see %s)" % (
+            ", ".join(s["idle_devices"]), "them" if len(s["idle_devices"]) > 1 else "it", s["plan"]))
     pvm = s.get("predicted_vs_measured")
     if pvm and pvm["rows"]:
         lines.append("predicted -> measured per phase and group (a round: local iterations, a commit, a wait)%s:"

@@ -8,9 +8,17 @@ time, so strategies with different step rates line up on one axis.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Mapping, Sequence
 
 from edgemesh_tf.mesh.compat import tf
+
+
+def tensorboard_command(logdir: str) -> str:
+    """The command that shows `<logdir>/tb`: the `tensorboard` installed beside this Python (a venv's
+    bin/, which is not on PATH unless the venv is activated) when there is one, else from PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "tensorboard")
+    return "%s --logdir %s" % (beside if os.path.exists(beside) else "tensorboard", os.path.join(logdir, "tb"))
 
 
 def _step(elapsed_s: float) -> int:
