@@ -79,7 +79,8 @@ class Plan:
     """The chosen plan.
 
     examples_per_sec: its effective throughput (the module docstring's objective, examples/s).
-    candidates: (K, examples/s) of the best grid found with K groups.
+    candidates: (K, examples/s) of the best grid found with K groups, at the search's coarse shares (the chosen
+      grid's shares are then refined, so examples_per_sec may exceed its candidate's figure).
     kind: "grid", or the alternative it is: "fastest_device", "all_replicated", "sync_data_parallel".
     alternatives: (kind, examples/s) of each alternative that fits in memory, by the same objective.
     idle: devices of the profile that no group uses.

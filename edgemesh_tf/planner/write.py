@@ -111,7 +111,7 @@ def _alternatives(plan: Plan) -> str:
 def format_table(plan: Plan) -> str:
     """Layers x devices (filters per device, or "all" if replicated) with predicted ms, per group."""
     out = ["predicted %.1f effective examples/s with %d group(s) (%s; staleness charge %g per extra group); "
-           "candidates (groups: examples/s): %s"
+           "candidates at coarse shares, before the chosen one's shares are refined (groups: examples/s): %s"
            % (plan.examples_per_sec, len(plan.groups), plan.kind, plan.staleness_penalty,
               ", ".join("%d: %.1f" % c for c in plan.candidates)),
            "alternatives (examples/s): %s" % _alternatives(plan)]
