@@ -1,5 +1,6 @@
 """Shared fixtures. TF's C++ logs are silenced for readable test output."""
 import atexit
+import collections
 import gc
 import os
 import shutil
@@ -29,11 +30,12 @@ def pytest_collection_modifyitems(config, items):
     long module handed out last would leave the other worker idle while it runs."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    weight = {}
-    for item in items:
-        heavy = any(item.get_closest_marker(m) for m in ("subprocess", "slow"))
-        weight[item.nodeid.split("::")[0]] = weight.get(item.nodeid.split("::")[0], 0) + heavy
-    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])  # stable: a module's tests stay in order
+    def module(item):
+        return item.nodeid.split("::")[0]
+
+    weight = collections.Counter(module(item) for item in items
+                                 if any(item.get_closest_marker(m) for m in ("subprocess", "slow")))
+    items.sort(key=lambda item: -weight[module(item)])  # stable: a module's tests stay in order
 
 
 def pytest_collection_finish(session):

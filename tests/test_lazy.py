@@ -13,7 +13,7 @@ LAZY_PACKAGES = ("cluster", "engine", "mesh", "models", "profiling", "training")
 @pytest.mark.parametrize("package", LAZY_PACKAGES)
 def test_every_listed_name_resolves_to_its_modules_object(package):
     pkg = importlib.import_module("edgemesh_tf." + package)
-    exports = getattr(pkg, "_EXPORTS", None) or pkg._LAZY
+    exports = pkg._EXPORTS
     assert exports and set(exports) <= set(pkg.__all__)
     for name, module in exports.items():
         defined = importlib.import_module("edgemesh_tf.%s.%s" % (package, module))

@@ -6,8 +6,8 @@ from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.models.load import check_model_ref, initial_weights, load_model, save_model
 from edgemesh_tf.models.zoo import MODEL_NAMES, get_model
 
-_LAZY = {"PlainModel": "plain_tf"}
+_EXPORTS = {"PlainModel": "plain_tf"}
 __all__ = ["ModelSpec", "MODEL_NAMES", "PlainModel", "check_model_ref", "get_model", "initial_weights", "load_model",
            "save_model"]
 
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
