@@ -18,8 +18,7 @@ def proportional(total: int, weights: list[float]) -> tuple[int, ...]:
     """`total` split in proportion to `weights`, every part >= 1, largest remainders first."""
     if total < len(weights):
         raise ValueError("cannot give %d devices at least one of %d examples" % (len(weights), total))
-    spare = total - len(weights)
-    raw = [spare * w / sum(weights) for w in weights]
+    raw = [(total - len(weights)) * w / sum(weights) for w in weights]
     parts = [1 + int(r) for r in raw]
     for i in sorted(range(len(raw)), key=lambda i: -(raw[i] - int(raw[i])))[:total - sum(parts)]:
         parts[i] += 1
@@ -42,8 +41,7 @@ def data_parallel_layouts(shares, device, batch):
 
 def plan_layouts(p, device):
     """A plan's groups (filter split, hybrid, even, memory capped), each on its own devices and batch."""
-    return [(Layout(mesh=g.layout.mesh, devices=tuple(device(n) for n in g.names), rules=g.layout.rules,
-                    sizes=g.layout.sizes), g.batch) for g in p.groups]
+    return [(dataclasses.replace(g.layout, devices=tuple(device(n) for n in g.names)), g.batch) for g in p.groups]
 
 
 def mode_layouts(mode, plans, device, batch, dp_shares):
@@ -80,20 +78,18 @@ def per_iteration_ms(pred, commit_every: int | None) -> float:
 
 
 class ModeRunner:
-    """The replicas of one mode; step_ms() runs one step of each concurrently (wall ms) and keeps
-    each replica's own step time in ``own[i]``. With ``commits`` = (ps device, H) a replica's step
-    is an AHL round (the engine's RoundRunner) and its own time is per local iteration."""
+    """The replicas (``layouts``) of ``mode`` on the testbed ``em``; step_ms() runs one step of each concurrently
+    (wall ms), each replica's own step time kept in ``own[i]``. When the mode commits (every ``every`` local
+    iterations) a replica's step is an AHL round (the engine's RoundRunner: pull, the iterations, a dense push), its
+    own time per local iteration."""
 
-    def __init__(self, spec, layouts, target, master, tag, commits=None):
-        if commits:
-            ps, every = commits
-            groups = [f"{tag}{i}" for i in range(len(layouts))]
-            self.runners = [RoundRunner(spec, lay, b, target, ps_device=ps, group=groups[i], groups=groups,
-                                        local_steps=every, initialize_ps=(i == 0), container=groups[i])
-                            for i, (lay, b) in enumerate(layouts)]
-        else:
-            self.runners = [LayoutRunner(spec, lay, b, target, master, container=f"{tag}{i}")
-                            for i, (lay, b) in enumerate(layouts)]
+    def __init__(self, spec, layouts, em, cluster, tag, mode, plans, every):
+        groups = [f"{tag}{i}" for i in range(len(layouts))]
+        ps_every = mode_commits(mode, plans, em.device(cluster.by_role("ps")[0].name), every)
+        self.runners = [RoundRunner(spec, lay, b, em.session_target, ps_device=ps_every[0], group=g, groups=groups,
+                                    local_steps=every, initialize_ps=(g == groups[0]), container=g) if ps_every
+                        else LayoutRunner(spec, lay, b, em.session_target, cluster.master.device_string, container=g)
+                        for g, (lay, b) in zip(groups, layouts)]
         self.batches = [b for _, b in layouts]
         self.own = [[] for _ in layouts]
         self.pool = concurrent.futures.ThreadPoolExecutor(len(self.runners))
@@ -115,10 +111,9 @@ class ModeRunner:
 
 
 def interleaved(runners, counts, warmup=2, restore_quotas=lambda: None):
-    """{mode: its step_ms() timings}, ``counts[mode]`` of them, the modes taking turns one step each
-    so that a shared machine's noise hits every mode alike, with each replica's own warm-up steps
-    not counted: the first one (each device's first run of the graph) before ``restore_quotas()``,
-    the others under the devices' quotas."""
+    """{mode: its step_ms() timings}, ``counts[mode]`` of them, the modes taking turns one step each so that a
+    shared machine's noise hits every mode alike; each replica's warm-up steps are not counted, the first one (each
+    device's first run of the graph) run before ``restore_quotas()``, the others under the devices' quotas."""
     for r in runners.values():
         r.step_ms()
     restore_quotas()
@@ -129,15 +124,11 @@ def interleaved(runners, counts, warmup=2, restore_quotas=lambda: None):
     return measure_side_by_side(runners, counts, round_steps=1, warmup=0)
 
 
-def ps_name(cluster) -> str:
-    return cluster.by_role("ps")[0].name
-
-
 def peak_memory(cluster, spec, mode, plans, batch, dp_shares, commit_every, steps=2) -> dict:
-    """{"peak_bytes": {device: bytes above its idle RSS}} of the devices ``mode`` uses, on a fresh
-    testbed with the memory limits enforced; {"out_of_memory": error} if a device's server died.
-    The CPU quotas are lifted (each server's thread pool stays sized to its quota, so the same ops
-    run at once): peaks do not depend on speed, and a slow device would take minutes a mode."""
+    """{"peak_bytes": {device: bytes above its idle RSS}, "max_peak_mib", "mean_peak_mib"} of the devices ``mode``
+    uses, on a fresh testbed with the memory limits enforced; {"out_of_memory": error} if a device's server died.
+    CPU quotas lifted (thread pools stay sized to them, so the same ops run at once): peaks do not depend on speed,
+    and a slow device would take minutes a mode."""
     with emulated_cluster(cluster) as em:
         em.lift_quotas()
         layouts = mode_layouts(mode, plans, em.device, batch, dp_shares)
@@ -146,8 +137,7 @@ def peak_memory(cluster, spec, mode, plans, batch, dp_shares, commit_every, step
         watch = PeakWatch({n: em.devices[n].pid for n in used})
 
         def run():
-            runner = ModeRunner(spec, layouts, em.session_target, cluster.master.device_string, mode,
-                                mode_commits(mode, plans, em.device(ps_name(cluster)), commit_every))
+            runner = ModeRunner(spec, layouts, em, cluster, mode, mode, plans, commit_every)
             for _ in range(steps):
                 runner.step_ms()
             return runner
@@ -157,4 +147,6 @@ def peak_memory(cluster, spec, mode, plans, batch, dp_shares, commit_every, step
         except DeviceDied as dead:  # the runner is left to the teardown: closing it waits on the dead server
             return {"out_of_memory": str(dead), "devices": used}
         runner.close()
-        return {"peak_bytes": watch.peaks(), "devices": used}
+        peaks = watch.peaks()
+        return {"peak_bytes": peaks, "devices": used, "max_peak_mib": round(max(peaks.values()) / 2 ** 20, 1),
+                "mean_peak_mib": round(statistics.mean(peaks.values()) / 2 ** 20, 1)}

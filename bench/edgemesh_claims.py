@@ -1,43 +1,33 @@
 """EdgeMesh's headline claims on the emulated testbed, like for like: delay per example and peak
-memory per device of each device training alone, synchronous data parallelism, the planner's
-filter split and its hybrid grid, all at the same batch per model update (--batch).
+memory per device of each device training alone, synchronous data parallelism, the planner's filter split and its
+hybrid grid, all at the same batch per model update (--batch).
 
     python -m bench.edgemesh_claims --cluster layouts/pi4.yaml [--model vgg16] [--dataset digits32] [--steps 5]
 
-Modes (their layouts and runners: bench/claims_modes.py): `alone:<device>` (every worker trains the
-whole model alone), `data_parallel` (synchronous, over the devices that hold the model alone, the batch
-split by their profiled speed), `filter_split` (the one-group plan as one plain layout with no ps, as
-`edgemesh train --layout` trains it; the run fails if it splits no dim), `even` (every split dim split
-evenly over its devices; timed only, to check the cost model), `memory_capped` (the planner's named
-option `memory_fraction`, beside the checks, not in them) and `hybrid` (the grid `edgemesh run` plans,
-at the default strategy's --commit-interval: more than one group run AHL's rounds concurrently, pull,
-H local iterations, a dense push, so the commits are paid in its delay; one group is the plain layout
-of `filter_split`, measured once for both, the engine's own grid recorded as `engine_grid_plan`).
-Delay: ms per example, 1 / sum over replicas of (batch / median step); `effective_ms_per_example`
-charges a multi-group hybrid for staleness as the planner does. Memory first (`memory_phase`): each
-mode on a fresh testbed, memory limits enforced, CPU quotas lifted; peak RSS above each used device's
-idle server; a mode out of memory names the device and is not timed. Then `timing_phase`: every mode
-that fits, interleaved on one testbed (quotas lifted for set-up and first runs only), and the cost
-model's predicted step of every planned, even and alone group against the measured one. Prints one
-JSON object; exit code 1 if the filter split is not split or the hybrid plan does not run.
+Modes (bench/claims_modes.py): `alone:<device>` (the whole model on one worker), `data_parallel` (synchronous, over
+the devices that hold the model alone, the batch split by profiled speed), `filter_split` (the one-group plan as one
+plain layout, no ps, as `edgemesh train --layout` trains it), `even` (its devices, every split dim split evenly;
+timed only, to check the cost model), `memory_capped` (the named option `memory_fraction`, beside the checks) and
+`hybrid` (the grid `edgemesh run` plans: more than one group run AHL's rounds side by side, their commits paid in the
+delay; one group is `filter_split`'s layout, measured once). Delay: ms per example, 1 / sum over replicas of
+(batch / median step). Prints one JSON object; exit 1 if the filter split is not split or the hybrid plan fails.
 """
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
 
-from bench.claims_figures import PREDICTED_LAYOUTS, claims, compute_bound, option_figures, prediction_ratios
-from bench.claims_modes import (ModeRunner, commits, even_plan, interleaved, mode_commits, mode_layouts, peak_memory,
-                                per_iteration_ms, proportional, ps_name)
+from bench.claims_figures import PREDICTED_LAYOUTS, claims, option_figures, prediction_ratios
+from bench.claims_modes import (ModeRunner, commits, even_plan, interleaved, mode_layouts, peak_memory,
+                                per_iteration_ms, proportional)
 from edgemesh_tf.cluster import emulated_cluster, load_cluster, of_testbed
 from edgemesh_tf.data import IMAGE_SHAPES
 from edgemesh_tf.engine import SyncConfig, commit_interval
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import PlanError, calibrated, model_stats, plan, predict, staleness_charge, steps_to_time
 from edgemesh_tf.profiling import budgets, profile_servers
-
-PAPER = {"delay_reduction_x": 3.2, "memory_change": -0.43}
 
 
 def parse_args(argv=None):
@@ -48,8 +38,7 @@ def parse_args(argv=None):
     ap.add_argument("--batch", type=int, default=32, help="examples per model update in every mode")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per mode")
     ap.add_argument("--commit-interval", type=int, default=commit_interval(SyncConfig()),
-                    help="local iterations per commit of a multi-group hybrid grid (default: what `edgemesh run` "
-                         "plans for, the default strategy's)")
+                    help="local iterations per commit of a multi-group hybrid grid (default: the default strategy's)")
     ap.add_argument("--hybrid-rounds", type=int, default=3,
                     help="timed rounds of a multi-group hybrid grid (each --commit-interval iterations)")
     ap.add_argument("--memory", type=int, default=1, help="0: skip the memory phase (quick runs; every mode is timed)")
@@ -70,8 +59,8 @@ def _progress(what: str, t_start: float) -> None:
 
 
 def plan_modes(profile, cal, spec, stats, args, out) -> dict:
-    """{mode: plan} of the planned modes: filter_split, hybrid (with engine_grid when the grid is one
-    group), even and memory_capped; a memory cap with no plan is recorded as its error."""
+    """{mode: plan} of filter_split, hybrid (engine_grid too when the grid is one group), even and memory_capped,
+    each recorded as out["<mode>_plan"]; a memory cap with no plan, or a filter split of no dim, as an error."""
     plans = {"filter_split": plan(profile, spec, batch=args.batch, engine=False)}
     grid = plan(profile, spec, batch=args.batch, commit_interval=args.commit_interval)
     if len(grid.groups) > 1:
@@ -85,18 +74,24 @@ def plan_modes(profile, cal, spec, stats, args, out) -> dict:
                                           memory_fraction=args.memory_fraction)
         except PlanError as e:
             out["memory_capped_plan"] = {"error": str(e)}
+    for m, p in plans.items():
+        out[f"{m}_plan"] = plan_record(p, args.commit_interval if commits(m, plans) else None, profile, stats)
+    if args.memory_fraction:
+        out["memory_capped_plan"]["memory_fraction"] = args.memory_fraction
+    if not out["filter_split_plan"]["split_dims"]:
+        out["errors"].append("filter_split: the planner's one-group plan splits no dim (%s); nothing to measure"
+                             % out["filter_split_plan"]["groups"])
     return plans
 
 
-def uncalibrated_step_ms(profile, stats, names, sizes, commit_every=None) -> float:
-    """The cost model's step of a group by the layer times as profiled (not calibrated)."""
-    return round(per_iteration_ms(predict([profile.device(n) for n in names], stats, dict(sizes),
-                                          profile_batch=profile.batch, ps_bandwidth_mbit=profile.ps_bandwidth_mbit),
-                                  commit_every), 1)
+def step_ms(prof, stats, names, sizes, commit_every=None) -> float:
+    """The cost model's ms per local iteration of a group by ``prof``'s layer times (calibrated or as profiled)."""
+    return per_iteration_ms(predict([prof.device(n) for n in names], stats, dict(sizes), profile_batch=prof.batch,
+                                    ps_bandwidth_mbit=prof.ps_bandwidth_mbit), commit_every)
 
 
 def plan_record(p, every, profile, stats) -> dict:
-    """What a plan divided and what it predicts, group by group."""
+    """What a plan divided and what it predicts, group by group; uncalibrated: by the layer times as profiled."""
     return {"kind": p.kind, "split_dims": sorted({name for g in p.groups for name, _ in g.layout.sizes
                                                   if len(g.names) > 1}),
             "predicted_examples_per_sec": round(p.examples_per_sec, 2),
@@ -105,30 +100,25 @@ def plan_record(p, every, profile, stats) -> dict:
             "groups": [{"devices": list(g.names), "sizes": {k: list(v) for k, v in g.layout.sizes},
                         "predicted_step_ms": round(per_iteration_ms(g.prediction, every), 1),
                         "predicted_ps_sync_ms": round(g.prediction.ps_sync_ms, 1),
-                        "uncalibrated_step_ms": uncalibrated_step_ms(profile, stats, g.names, g.layout.sizes, every),
+                        "uncalibrated_step_ms": round(step_ms(profile, stats, g.names, g.layout.sizes, every), 1),
                         "predicted_memory_mib": [round(b / 2 ** 20, 1) for b in g.prediction.memory_bytes],
                         "predicted_compute_ms": [round(x, 1) for x in g.prediction.compute_ms],
                         "predicted_comm_ms": [round(x, 1) for x in g.prediction.comm_ms]} for g in p.groups]}
 
 
 def memory_phase(cluster, spec, plans, args, out, workers, speed, t_start) -> dict:
-    """Each device alone, then the other modes, each on a fresh testbed under the memory limits;
-    returns the data-parallel shares of the devices that held the model alone."""
+    """Each device alone, then the other modes, each on a fresh testbed under the memory limits (CPU quotas
+    lifted); returns the data-parallel shares, by profiled speed, of the devices that held the model alone."""
     alone = [f"alone:{n}" for n in workers]
     for mode in alone if args.memory else ():
         out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, {}, args.commit_interval)
         _progress("memory of " + mode, t_start)
     held = [n for n in workers if not args.memory or "peak_bytes" in out["modes"][f"alone:{n}"]]
     dp = dict(zip(held, proportional(args.batch, [speed[n] for n in held]))) if held else {}
-    if dp:
-        out["data_parallel_shares"] = dp
+    out.update({"data_parallel_shares": dp} if dp else {})
     for mode in modes_of(out, plans, dp, workers)[len(alone):] if args.memory else ():
         out["modes"][mode] = peak_memory(cluster, spec, mode, plans, args.batch, dp, args.commit_interval)
         _progress("memory of " + mode, t_start)
-    for rec in out["modes"].values():
-        if "peak_bytes" in rec:
-            rec["max_peak_mib"] = round(max(rec["peak_bytes"].values()) / 2 ** 20, 1)
-            rec["mean_peak_mib"] = round(statistics.mean(rec["peak_bytes"].values()) / 2 ** 20, 1)
     return dp
 
 
@@ -141,20 +131,15 @@ def modes_of(out, plans, dp, workers) -> list[str]:
 
 
 def timing_phase(cluster, spec, plans, args, out, timed, dp) -> None:
-    """Every mode in ``timed`` on one testbed, interleaved; their steps and delays into out["modes"]."""
-    with emulated_cluster(cluster, memory="off") as em:
-        runners = {}
-        try:
-            em.lift_quotas()  # set-up and first runs only: restored before the counted warm-up and the timing
-            for m in timed:
-                runners[m] = ModeRunner(spec, mode_layouts(m, plans, em.device, args.batch, dp),
-                                        em.session_target, cluster.master.device_string, m.replace(":", "_"),
-                                        mode_commits(m, plans, em.device(ps_name(cluster)), args.commit_interval))
-            counts = {m: args.hybrid_rounds if commits(m, plans) else args.steps for m in timed}
-            times = interleaved(runners, counts, restore_quotas=em.restore_quotas)
-        finally:
-            for r in runners.values():
-                r.close()
+    """Every mode in ``timed`` on one testbed, interleaved; their steps and delays into out["modes"]; a
+    multi-group hybrid's delay also charged for staleness as the planner charges it."""
+    with emulated_cluster(cluster, memory="off") as em, contextlib.ExitStack() as stack:
+        em.lift_quotas()  # set-up and first runs only: restored before the counted warm-up and the timing
+        runners = {m: stack.enter_context(contextlib.closing(ModeRunner(
+            spec, mode_layouts(m, plans, em.device, args.batch, dp), em, cluster, m.replace(":", "_"), m, plans,
+            args.commit_interval))) for m in timed}
+        counts = {m: args.hybrid_rounds if commits(m, plans) else args.steps for m in timed}
+        times = interleaved(runners, counts, restore_quotas=em.restore_quotas)
     for m in timed:
         out["modes"].setdefault(m, {}).update(
             median_step_ms=[round(statistics.median(t), 1) for t in runners[m].own],
@@ -176,8 +161,7 @@ def record_predictions(out, timed, workers, cal, profile, stats) -> None:
     for n in workers:
         rec = out["modes"].get(f"alone:{n}", {})
         if rec.get("median_step_ms"):
-            ms = predict([cal.device(n)], stats, {}, profile_batch=profile.batch).step_ms
-            raw_ms = uncalibrated_step_ms(profile, stats, [n], ())
+            ms, raw_ms = step_ms(cal, stats, [n], ()), round(step_ms(profile, stats, [n], ()), 1)
             rec.update(predicted_step_ms=round(ms, 1), uncalibrated_step_ms=raw_ms,
                        predicted_over_measured=round(ms / rec["median_step_ms"][0], 3),
                        uncalibrated_over_measured=round(raw_ms / rec["median_step_ms"][0], 3))
@@ -185,28 +169,20 @@ def record_predictions(out, timed, workers, cal, profile, stats) -> None:
 
 def main(argv=None):
     args, t_start = parse_args(argv), time.time()
-    spec = get_model(args.model, IMAGE_SHAPES[args.dataset], 10)
-    cluster = load_cluster(args.cluster)
+    spec, cluster = get_model(args.model, IMAGE_SHAPES[args.dataset], 10), load_cluster(args.cluster)
     workers = [d.name for d in cluster.workers]
     out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch,
-           "steps": args.steps, "commit_interval": args.commit_interval, "paper": PAPER, "modes": {}, "errors": []}
+           "steps": args.steps, "commit_interval": args.commit_interval, "modes": {}, "errors": []}
     with emulated_cluster(cluster, memory="off") as em:
         profile = profile_servers(cluster, spec, args.batch, of_testbed(em),
                                   **steps_to_time(budgets(cluster), spec, args.batch))
     _progress("profiled", t_start)
-    out["profile"] = json.loads(profile.to_json())  # as measured: lets the cost model be re-checked offline
     cal = calibrated(profile, spec)  # the plan's layer times; as profiled reported beside them
-    out["compute_scale"] = cal.compute_scale
-    out["split_overhead_ms_per_peer"] = {d.name: d.split_overhead_ms for d in cal.devices}
+    out.update(profile=json.loads(profile.to_json()),  # as measured: lets the cost model be re-checked offline
+               compute_scale=cal.compute_scale,
+               split_overhead_ms_per_peer={d.name: d.split_overhead_ms for d in cal.devices})
     stats = model_stats(spec, args.batch, engine=False)  # the one-group layouts run here without a ps
     plans = plan_modes(profile, cal, spec, stats, args, out)
-    for m, p in plans.items():
-        out[f"{m}_plan"] = plan_record(p, args.commit_interval if commits(m, plans) else None, profile, stats)
-    if args.memory_fraction:
-        out["memory_capped_plan"]["memory_fraction"] = args.memory_fraction
-    if not out["filter_split_plan"]["split_dims"]:
-        out["errors"].append("filter_split: the planner's one-group plan splits no dim (%s); nothing to measure"
-                             % out["filter_split_plan"]["groups"])
     speed = {d.name: 1.0 / sum(t.compute_ms for t in d.layers) for d in profile.devices}
     out["profiled_speed"] = {n: round(v / max(speed.values()), 3) for n, v in speed.items()}
     out["filter_split_is_the_hybrid_plan"] = out["filter_split_plan"]["groups"] == out["hybrid_plan"]["groups"]
@@ -220,13 +196,11 @@ def main(argv=None):
     record_predictions(out, timed, workers, cal, profile, stats)
     if "hybrid" not in timed:
         out["errors"].append("hybrid: the planned grid ran out of memory: %s" % out["modes"]["hybrid"]["out_of_memory"])
-    out["checks"] = claims(out)
-    if "memory_capped" in plans:
-        out["memory_capped_option"] = option_figures(out, "memory_capped")
-    out["compute_bound"] = compute_bound(out)
     raw = prediction_ratios(out, "uncalibrated_over_measured")
-    out["uncalibrated_max_error"] = round(float(max(abs(r - 1) for r in raw.values())), 3) if raw else None
-    out["seconds"] = round(time.time() - t_start, 1)
+    out["checks"] = claims(out)
+    out.update({"memory_capped_option": option_figures(out, "memory_capped")} if "memory_capped" in plans else {})
+    out.update(uncalibrated_max_error=round(float(max(abs(r - 1) for r in raw.values())), 3) if raw else None,
+               seconds=round(time.time() - t_start, 1))
     print(json.dumps(out, indent=1, default=lambda o: o.item()))  # numpy scalars as plain numbers
     if out["errors"]:
         sys.exit("edgemesh_claims: " + "; ".join(out["errors"]))

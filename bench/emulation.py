@@ -5,10 +5,9 @@
     python -m bench.emulation --cluster layouts/pi4wifi.yaml   # devices sharing one Wi-Fi channel
     python -m bench.emulation --forwarder_only                 # CPU of the delay forwarder per MB
 
-Every run also reports the delay forwarder's cost (`forwarder`): CPU seconds per MB it carries, at
-full speed and paced at 1 Gbit/s, and the throughput one core of this machine could carry. A
-cluster with a shared medium also reports what two devices get when they send at once
-(`medium`: each about half the channel).
+Every run also reports the delay forwarder's cost (`forwarder`: CPU s per MB it carries, at full speed
+and paced at 1 Gbit/s, and what one core could carry); a cluster with a shared medium also what two
+devices get when they send at once (`medium`: each about half the channel).
 """
 import json
 import os
@@ -21,7 +20,7 @@ import time
 
 from absl import app, flags
 
-from edgemesh_tf.cluster import emulated_cluster, forwarder, free_ports, measure
+from edgemesh_tf.cluster import emulated_cluster, forwarder, free_ports, measure, procs
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -34,47 +33,43 @@ flags.DEFINE_enum("compute", "auto", ["auto", "cgroup-v1", "cgroup-v2", "step-de
 flags.DEFINE_bool("forwarder_only", False, "Only measure the delay forwarder's CPU per MB (no cluster).")
 flags.DEFINE_float("forwarder_mb", 100.0, "MB sent through the forwarder per measurement.")
 
-_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-
 
 def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used."""
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime + stime
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def _sink() -> tuple[socket.socket, int]:
-    ls = socket.socket()
-    ls.bind(("127.0.0.1", 0))
-    ls.listen()
+def _sink() -> tuple[socket.socket, tuple[str, int]]:
+    """A loopback listener and its address: it reads one connection to its end, then answers one byte."""
+    ls = socket.create_server(("127.0.0.1", 0))
 
     def serve():
-        c, _ = ls.accept()
-        buf = bytearray(1 << 20)
-        while c.recv_into(buf):
-            pass
-        c.sendall(b"k")
-        c.close()
+        with ls.accept()[0] as c:
+            buf = bytearray(1 << 20)
+            while c.recv_into(buf):
+                pass
+            c.sendall(b"k")
 
     threading.Thread(target=serve, daemon=True).start()
-    return ls, ls.getsockname()[1]
+    return ls, ls.getsockname()
 
 
-def _send(port: int, nbytes: int, pace_mbit: float | None, write: int = 16 * 1024) -> float:
+def _send(address: tuple[str, int], nbytes: int, pace_mbit: float | None, write: int = 16 * 1024) -> float:
     """Sends `nbytes` in `write`-byte writes (gRPC-sized messages), paced at `pace_mbit` if given;
     returns the seconds until the sink confirmed all of it."""
-    s = socket.create_connection(("127.0.0.1", port))
-    buf, sent, t0 = b"x" * write, 0, time.perf_counter()
-    while sent < nbytes:
-        s.sendall(buf)
-        sent += write
-        if pace_mbit:
-            ahead = t0 + sent * 8 / (pace_mbit * 1e6) - time.perf_counter()
-            if ahead > 0:
-                time.sleep(ahead)
-    s.shutdown(socket.SHUT_WR)
-    s.recv(1)
-    s.close()
+    with socket.create_connection(address) as s:
+        buf, sent, t0 = b"x" * write, 0, time.perf_counter()
+        while sent < nbytes:
+            s.sendall(buf)
+            sent += write
+            if pace_mbit:
+                ahead = t0 + sent * 8 / (pace_mbit * 1e6) - time.perf_counter()
+                if ahead > 0:
+                    time.sleep(ahead)
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)
     return time.perf_counter() - t0
 
 
@@ -84,29 +79,26 @@ def forwarder_cost(mb: float = 100.0, delay_ms: float = 0.5) -> dict:
     out = {"delay_ms": delay_ms, "mb_per_run": mb, "cpu_count": os.cpu_count()}
     with tempfile.TemporaryDirectory() as tmp:
         for label, pace in (("full_speed", None), ("paced_1gbit", 1000.0)):
-            ls, sink_port = _sink()
-            listen_port = free_ports(1)[0]
-            routes, ready = os.path.join(tmp, label + ".json"), os.path.join(tmp, label + ".ready")
+            ls, sink = _sink()
+            listen, routes = ("127.0.0.1", free_ports(1)[0]), os.path.join(tmp, label + ".json")
             with open(routes, "w") as f:
-                json.dump([forwarder.Route(("127.0.0.1", listen_port), ("127.0.0.1", sink_port), delay_ms).to_json()], f)
-            p = subprocess.Popen([sys.executable, "-m", "edgemesh_tf.cluster.forwarder", routes, ready],
+                json.dump([forwarder.Route(listen, sink, delay_ms).to_json()], f)
+            p = subprocess.Popen([sys.executable, "-m", "edgemesh_tf.cluster.forwarder", routes, routes + ".ready"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 deadline = time.monotonic() + 30
-                while not os.path.exists(ready) and time.monotonic() < deadline and p.poll() is None:
+                while not os.path.exists(routes + ".ready") and time.monotonic() < deadline and p.poll() is None:
                     time.sleep(0.02)
                 cpu0 = _cpu_s(p.pid)
-                wall = _send(listen_port, int(mb * 1e6), pace)
+                wall = _send(listen, int(mb * 1e6), pace)
                 cpu = _cpu_s(p.pid) - cpu0
             finally:
-                p.terminate()
-                p.wait(10)
+                procs.terminate(p, 10)
                 ls.close()
             out[label] = {"mbit_s": round(mb * 8 / wall, 1), "cpu_s_per_mb": round(cpu / mb, 5),
                           "cpu_cores_used": round(cpu / wall, 3),
                           "max_mbit_s_on_one_core": round(8 / (cpu / mb), 0) if cpu > 0 else None}
-    paced = out["paced_1gbit"]
-    out["cores_needed_at_1gbit"] = round(1000 / 8 * paced["cpu_s_per_mb"], 3)
+    out["cores_needed_at_1gbit"] = round(1000 / 8 * out["paced_1gbit"]["cpu_s_per_mb"], 3)
     return out
 
 

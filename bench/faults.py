@@ -2,17 +2,15 @@
 
     python -m bench.faults --cluster layouts/edge4.yaml [--target 0.97] [--scenarios a,b,c,d,e] [--quick]
 
-  a  the slowest device killed at 30% of a fault-free ASHL run's time to target: the job still
-     reaches the target, in <= 1.3x the fault-free time
+  a  the slowest device killed at 30% of a fault-free ASHL run's time to target: the target is still
+     reached, in <= 1.3x the fault-free time
   b  a device killed during BSP, and during ASHL's SHL: no hang, the run finishes
   c  the ps killed: the job stops within 30 s naming the ps task; a restart resumes from the checkpoint
-  d  the fastest device slowed 3x mid-run: ASHL re-plans on the drift and its throughput recovers to
-     >= 80% of a fresh plan's for the new speeds
-  e  a killed device restarted, re-admitted and used again: ASHL with one group per device, and two
-     model-parallel groups of two devices (the victim's group re-planned over the device left first)
-All scenarios run on one testbed, each from every server running at its configured speed. Devices
-are killed with SIGKILL at the chief's first record that meets the scenario's condition. --quick:
-lower target, shorter budgets (a smoke run).
+  d  the fastest device slowed 3x mid-run: ASHL re-plans, its throughput >= 80% of a fresh plan's
+  e  a killed device restarted, re-admitted and used again: ASHL with one group per device, and ASP with
+     two groups of two devices (the victim's group re-planned over the device left first)
+All on one testbed, each scenario from every server at its configured speed; devices are SIGKILLed at
+the chief's first record meeting the scenario's condition. --quick: a smoke run.
 """
 import argparse
 import json
@@ -29,17 +27,17 @@ from edgemesh_tf.engine import GroupSpec, PSLost, SyncConfig, default_groups, jo
 
 
 def _job(cluster, em, args, logdir, sync, kill=None, act=None, **kw):
-    """Runs one job; kill = (device, predicate(record)) SIGKILLs the device's server, act =
-    (function(), predicate(record)) calls the function, the first time the predicate holds.
-    Returns (final or error, info about the kill or act, wall s)."""
-    killed = {}
+    """Runs one job; kill = (device, predicate(record)) SIGKILLs the device's server, act = (function(),
+    predicate(record)) calls the function, the first time the predicate holds. Returns (final or error,
+    {"t": training s, "at": monotonic s} of the kill or act if it happened, wall s)."""
+    done = {}
     if kill:
         act = (lambda: os.kill(em.devices[kill[0]].pid, signal.SIGKILL), kill[1])
 
     def emit(rec):
-        if act and not killed and act[1](rec):
+        if act and not done and act[1](rec):
             act[0]()
-            killed.update(device=kill[0] if kill else None, t=getattr(rec, "t", None), at=time.monotonic())
+            done.update(t=getattr(rec, "t", None), at=time.monotonic())
     kw = {"target_accuracy": args.target, "time_budget_s": args.budget_s, "eval_interval_s": 0.5,
           "checkpoint_interval_s": 5.0, "lost_after_s": 3.0, "wait_timeout_s": 60.0, **kw}
     cfg = job_config(cluster, default_groups(cluster, 32), sync=sync, logdir=logdir, **kw)
@@ -48,7 +46,7 @@ def _job(cluster, em, args, logdir, sync, kill=None, act=None, **kw):
         out = run_job(cfg, cluster, testbed=em, emit=emit, fast_setup=True)
     except (PSLost, RuntimeError, TimeoutError) as e:
         out = e
-    return out, killed, round(time.monotonic() - t0, 1)
+    return out, done, round(time.monotonic() - t0, 1)
 
 
 def _as_configured(em) -> None:
@@ -59,8 +57,9 @@ def _as_configured(em) -> None:
         em.set_slowdown(name, 1.0)
 
 
-def _lost(final):
-    return final.get("lost_groups") if isinstance(final, dict) else None
+def _get(final, key):
+    """A field of a job's final summary; None if the job failed (`final` is then its error)."""
+    return final.get(key) if isinstance(final, dict) else None
 
 
 def _error(final):
@@ -70,36 +69,35 @@ def _error(final):
 def scenario_a(cluster, args, work, em):
     slow = min(cluster.workers, key=lambda d: (d.speed or 1.0, d.name)).name
     base, _, _ = _job(cluster, em, args, os.path.join(work, "a-base"), SyncConfig(strategy="ashl"))
-    t_base = base.get("time_to_target_s") if isinstance(base, dict) else None
+    t_base = _get(base, "time_to_target_s")
     row = {"scenario": "a", "what": f"ASHL, slowest device {slow} killed at 30% of the fault-free time to "
            "target", "fault_free_time_to_target_s": t_base}
     if t_base is None:
         return {**row, "ok": False, "error": f"the fault-free run did not reach {args.target}"}
     final, killed, _ = _job(cluster, em, args, os.path.join(work, "a-fault"), SyncConfig(strategy="ashl"),
                             kill=(slow, lambda r: isinstance(r, records.Eval) and r.t >= 0.3 * t_base))
-    t = final.get("time_to_target_s") if isinstance(final, dict) else None
+    t = _get(final, "time_to_target_s")
     ratio = None if t is None else round(t / t_base, 3)
     return {**row, "killed_at_s": killed.get("t"), "time_to_target_s": t, "over_fault_free": ratio,
-            "lost_groups": _lost(final), "ok": bool(killed) and ratio is not None and ratio <= 1.3,
+            "lost_groups": _get(final, "lost_groups"), "ok": bool(killed) and ratio is not None and ratio <= 1.3,
             "error": _error(final)}
 
 
 def scenario_b(cluster, args, work, em):
-    rows = []
-    victim = cluster.workers[1].name
-    for label, sync, when in (
-            ("BSP", SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.t >= args.b_kill_s),
-            ("SHL", SyncConfig(strategy="ashl"), lambda r: isinstance(r, records.Phase) and r.new == "shl")):
+    rows, victim = [], cluster.workers[1].name
+    for label, sync, when, at in (
+            ("BSP", SyncConfig(strategy="bsp"), lambda r: isinstance(r, records.Eval) and r.t >= args.b_kill_s,
+             f" at {args.b_kill_s:.0f} s"),
+            ("SHL", SyncConfig(strategy="ashl"), lambda r: isinstance(r, records.Phase) and r.new == "shl",
+             " at the switch to SHL")):
         _as_configured(em)  # the victim killed by the run before is started again
         final, killed, wall = _job(cluster, em, args, os.path.join(work, "b-" + label), sync,
                                    kill=(victim, when), time_budget_s=args.b_budget_s, target_accuracy=None)
         finished = isinstance(final, dict) and final["why"].startswith("time budget")
-        rows.append({"scenario": "b", "what": f"{label}: device {victim} killed"
-                     + (f" at {args.b_kill_s:.0f} s" if label == "BSP" else " at the switch to SHL"),
-                     "killed_at_s": killed.get("t"), "finished": finished, "wall_s": wall,
-                     "budget_s": args.b_budget_s, "lost_groups": _lost(final),
-                     "ok": bool(killed) and finished and _lost(final) == [victim],
-                     "error": _error(final)})
+        lost = _get(final, "lost_groups")
+        rows.append({"scenario": "b", "what": f"{label}: device {victim} killed{at}", "killed_at_s": killed.get("t"),
+                     "finished": finished, "wall_s": wall, "budget_s": args.b_budget_s, "lost_groups": lost,
+                     "ok": bool(killed) and finished and lost == [victim], "error": _error(final)})
     return rows
 
 
@@ -110,12 +108,12 @@ def scenario_c(cluster, args, work, em):
                           kill=(ps, lambda r: isinstance(r, records.Checkpoint) and r.global_steps > 0))
     stopped_after = round(time.monotonic() - killed["at"], 1) if killed else None
     named = isinstance(err, PSLost) and "/job:ps/task:0 (%s)" % ps in str(err)
-    ckpt = [r for r in records.read(logdir) if isinstance(r, records.Checkpoint)][-1]
+    ckpt = records.read(logdir, records.Checkpoint)[-1]
     if killed:  # the ps comes back empty, at the same address, as a rebooted machine would
         em.restart_device(ps)
     final, _, _ = _job(cluster, em, args, logdir, SyncConfig(strategy="ashl"), target_accuracy=None,
                        time_budget_s=ckpt.t + 5.0)
-    resume = [r for r in records.read(logdir) if isinstance(r, records.Resume)]
+    resume = records.read(logdir, records.Resume)
     resumed = bool(resume) and resume[-1].global_steps == ckpt.global_steps
     return {"scenario": "c", "what": f"ps {ps} killed after the first checkpoint, then the job restarted",
             "stopped_after_s": stopped_after, "error_names_ps": named, "error": str(err).splitlines()[0][:200],
@@ -124,32 +122,23 @@ def scenario_c(cluster, args, work, em):
             and isinstance(final, dict)}
 
 
-def _rate(logdir, t_from):
-    """Mean total examples/s of the chief's evaluations at or after t_from (s of training)."""
-    rates = [r.examples_per_sec for r in records.read(logdir) if isinstance(r, records.Eval) and r.t >= t_from]
-    return sum(rates) / len(rates) if rates else None
-
-
 def scenario_d(cluster, args, work, em):
     victim = max(cluster.workers, key=lambda d: (d.speed or 1.0, d.name)).name
     budget, slow_at = args.d_budget_s, 0.3 * args.d_budget_s
     window = 0.6 * budget  # the last 40% of the run: after the slow-down and the re-plan
     sync = SyncConfig(strategy="ashl", shl_loss=1e-9, replan=True)  # AHL throughout: one phase, so rates compare
     runs = {}
-    for label in ("slowed_mid_run", "fresh_plan"):
+    for label, slowdown, act in (
+            ("slowed_mid_run", 1.0, (lambda: em.set_slowdown(victim, 3.0),
+                                     lambda r: isinstance(r, records.Eval) and r.t >= slow_at)),
+            ("fresh_plan", 3.0, None)):
         logdir = os.path.join(work, "d-" + label)
-        if label == "fresh_plan":
-            em.set_slowdown(victim, 3.0)
-            act = None
-        else:
-            em.set_slowdown(victim, 1.0)
-            act = (lambda: em.set_slowdown(victim, 3.0), lambda r: isinstance(r, records.Eval) and r.t >= slow_at)
-        final, info, _ = _job(cluster, em, args, logdir, sync, act=act, time_budget_s=budget,
-                              target_accuracy=None)
-        replans = [r for r in records.read(logdir) if isinstance(r, records.Replan) and r.why.startswith("drift")]
-        runs[label] = {"examples_per_sec": _rate(logdir, window), "slowed_at_s": info.get("t"),
-                       "drift_replans": [{"t": r.t, "why": r.why[:160]} for r in replans],
-                       "error": _error(final)}
+        em.set_slowdown(victim, slowdown)
+        final, info, _ = _job(cluster, em, args, logdir, sync, act=act, time_budget_s=budget, target_accuracy=None)
+        rates = [r.examples_per_sec for r in records.read(logdir, records.Eval) if r.t >= window]  # examples/s
+        runs[label] = {"examples_per_sec": sum(rates) / len(rates) if rates else None, "slowed_at_s": info.get("t"),
+                       "drift_replans": [{"t": r.t, "why": r.why[:160]} for r in records.read(logdir, records.Replan)
+                                         if r.why.startswith("drift")], "error": _error(final)}
     a, b = runs["slowed_mid_run"]["examples_per_sec"], runs["fresh_plan"]["examples_per_sec"]
     ratio = None if not a or not b else round(a / b, 3)
     replanned = any(victim in r["why"] and r["t"] >= slow_at for r in runs["slowed_mid_run"]["drift_replans"])
@@ -162,35 +151,32 @@ def scenario_d(cluster, args, work, em):
 def _first(logdir, predicate, job, timeout_s):
     """The first chief record meeting predicate, waited for at most timeout_s (None if none)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and job.is_alive():
-        hits = [r for r in records.read(logdir) if predicate(r)]
-        if hits:
-            return hits[0]
+    while True:
+        hit = next((r for r in records.read(logdir) if predicate(r)), None)
+        if hit is not None or time.monotonic() >= deadline or not job.is_alive():
+            return hit
         time.sleep(0.2)
-    return next((r for r in records.read(logdir) if predicate(r)), None)
 
 
 def _planned_groups(cluster):
     """edge0-edge1 and edge2-edge3, filters split 2:1 and 1:1 (the first four workers)."""
-    w = [d.device_string for d in cluster.workers[:4]]
-    names = [d.name for d in cluster.workers[:4]]
+    w = cluster.workers[:4]
 
     def group(a, b, frac):
         split = lambda n: [int(n * frac), n - int(n * frac)]
-        return GroupSpec(f"{names[a]}-{names[b]}", {"mesh": {"model": 2}, "devices": [w[a], w[b]],
-                                                    "rules": {"conv1": "model", "conv2": "model"},
-                                                    "sizes": {"conv1": split(32), "conv2": split(64)}}, 32)
+        return GroupSpec(f"{w[a].name}-{w[b].name}", {
+            "mesh": {"model": 2}, "devices": [w[a].device_string, w[b].device_string],
+            "rules": {"conv1": "model", "conv2": "model"}, "sizes": {"conv1": split(32), "conv2": split(64)}}, 32)
     return group(0, 1, 2 / 3), group(2, 3, 1 / 2)
 
 
-def _readmission_run(cluster, em, args, logdir, label, sync, groups, victim, budget_s):
-    """Kills `victim` once training has begun, restarts its server once its group is lost (and,
-    for a multi-device group, once that group was re-planned and re-admitted without it), on the
-    testbed `em`."""
+def _readmission_run(cluster, em, logdir, label, sync, groups, victim, budget_s):
+    """Kills `victim` once training has begun, restarts its server once its group is lost (and, for a
+    multi-device group, once that group was re-planned and re-admitted without it)."""
     cfg = job_config(cluster, groups, sync=sync, logdir=logdir, time_budget_s=budget_s, eval_interval_s=0.5,
                      checkpoint_interval_s=30.0, lost_after_s=3.0, wait_timeout_s=60.0)
-    group = next(g.name for g in groups if victim in cfg.names_of(g.layout["devices"]))
-    multi = len(next(g for g in groups if g.name == group).layout["devices"]) > 1
+    spec = next(g for g in groups if victim in cfg.names_of(g.layout["devices"]))
+    group, multi = spec.name, len(spec.layout["devices"]) > 1
     out, row = {}, {"scenario": "e", "what": label}
 
     def train():
@@ -214,21 +200,19 @@ def _readmission_run(cluster, em, args, logdir, label, sync, groups, victim, bud
             em.restart_device(victim)
             row["device_restarted_at_s"] = round(records.read(logdir)[-1].t, 1)
     job.join(budget_s + 180)
-    recs = records.read(logdir)
     final = out.get("final")
-    readmits = [r for r in recs if isinstance(r, records.Readmitted) and r.group == group]
+    readmits = [r for r in records.read(logdir, records.Readmitted) if r.group == group]
     last = readmits[-1] if readmits else None
-    after = [r.group_examples_per_sec[group] for r in recs if isinstance(r, records.Eval) and last and r.t > last.t]
-    replans = [r.t for r in recs if isinstance(r, (records.Replan, records.Phase)) and "re-admitted" in r.why]
-    row.update({"lost_at_s": next((r.t for r in recs if isinstance(r, records.Lost)), None),
+    after = [r.group_examples_per_sec[group] for r in records.read(logdir, records.Eval) if last and r.t > last.t]
+    replans = [r.t for r in records.read(logdir, records.Replan, records.Phase) if "re-admitted" in r.why]
+    row.update({"lost_at_s": next((r.t for r in records.read(logdir, records.Lost)), None),
                 "restarts": [{"t": r.t, "devices": r.devices, "layout": r.layout}
-                             for r in recs if isinstance(r, records.Restarted)],
+                             for r in records.read(logdir, records.Restarted)],
                 "readmitted_at_s": [r.t for r in readmits], "readmitted_on": last and last.devices,
                 "ashl_replanned_at_s": replans or None,
                 "examples_per_sec_after_readmission": round(sum(after) / len(after), 1) if after else None,
                 "lost_groups_at_end": final and final["lost_groups"], "error": out.get("error")})
-    whole = bool(last) and sorted(last.devices) == sorted(
-        cfg.names_of(next(g for g in groups if g.name == group).layout["devices"]))
+    whole = bool(last) and sorted(last.devices) == sorted(cfg.names_of(spec.layout["devices"]))
     row["ok"] = bool(final) and final["lost_groups"] == [] and whole and bool(after) and max(after) > 0 and (
         not multi or row.get("replanned_over") == [n for n in last.devices if n != victim]) and (
         sync.strategy != "ashl" or bool(replans))
@@ -236,15 +220,14 @@ def _readmission_run(cluster, em, args, logdir, label, sync, groups, victim, bud
 
 
 def scenario_e(cluster, args, work, em):
-    victim = cluster.workers[1].name
-    rows = []
+    rows, victim = [], cluster.workers[1].name
     for name, label, sync, groups in (
             ("e-ashl", f"ASHL, one group per device: {victim} killed, then its server restarted",
              SyncConfig(strategy="ashl", shl_loss=1e-9), default_groups(cluster, 32)),
             ("e-planned", f"ASP, two groups of two devices: {victim} killed (its group re-planned over the "
              "device left), then its server restarted", SyncConfig(strategy="asp"), _planned_groups(cluster))):
         _as_configured(em)  # the run before may have ended before its restart
-        rows.append(_readmission_run(cluster, em, args, os.path.join(work, name), label, sync, groups, victim,
+        rows.append(_readmission_run(cluster, em, os.path.join(work, name), label, sync, groups, victim,
                                      args.e_budget_s))
     return rows
 
@@ -265,16 +248,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="target 0.9, shorter budgets (smoke run)")
     args = ap.parse_args()
     if args.quick:
-        args.target, args.budget_s, args.b_budget_s, args.b_kill_s, args.d_budget_s = 0.9, 40.0, 12.0, 4.0, 20.0
-        args.e_budget_s = 45.0
-    cluster = load_cluster(args.cluster)
-    work = tempfile.mkdtemp(prefix="faults-")
-    t0 = time.time()
+        vars(args).update(target=0.9, budget_s=40.0, b_budget_s=12.0, b_kill_s=4.0, d_budget_s=20.0, e_budget_s=45.0)
     chosen = [x for x in args.scenarios.split(",") if x]
     unknown = sorted(set(chosen) - set(SCENARIOS))
     if unknown:
         sys.exit(f"bench.faults: unknown scenarios {unknown}; expected some of a, b, c, d, e")
-    rows = []
+    cluster, work, t0, rows = load_cluster(args.cluster), tempfile.mkdtemp(prefix="faults-"), time.time(), []
     with emulated_cluster(cluster) as em:
         for x in chosen:
             _as_configured(em)

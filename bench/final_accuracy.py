@@ -4,16 +4,13 @@ of BSP's"), on the time-to-accuracy task (digits32 + vgg_m, batch 32 per group).
     python -m bench.final_accuracy [--cluster layouts/edge4.yaml] [--seeds 2] [--ashl_budget_s 300]
         [--bsp_budget_s 900]          # prints one JSON object; `make bench-final`
 
-Two modes, seeds interleaved (ASHL, BSP, ASHL, ...) on one testbed: `ashl_run` trains under the
-cluster's limits for --ashl_budget_s with no target (to its plateau); `bsp_run` trains with every
-limit lifted (CPU quotas and link rates; latency stays): each BSP iteration waits for every group,
-which applies the same averaged update to the same model whatever the devices' speeds, so its curve
-per iteration is BSP's under the limits, only reached in far less time.
-
-A run has converged when the best accuracy of its last quarter (by time) is within PLATEAU of the
-best before it. The check (ASHL's median final accuracy - BSP's >= -0.01) is decided when every
-BSP run converged; an ASHL run that had not converged only makes its figure a lower bound, so a
-failing check is then undecided.
+Two modes, seeds interleaved (ASHL, BSP, ASHL, ...) on one testbed, each run to its budget with no
+target: `ashl_run` under the cluster's limits, `bsp_run` with every limit lifted (CPU quotas and link
+rates; latency stays). Each BSP iteration waits for every group and applies the same averaged update
+whatever the devices' speeds, so its curve per iteration is BSP's under the limits, reached in far less
+time. The check (ASHL's median final accuracy - BSP's >= -0.01) is decided when every BSP run converged
+(`converged`); an ASHL run that had not converged makes its figure a lower bound, so a failing check is
+then undecided.
 """
 import argparse
 import json
@@ -99,15 +96,12 @@ def main(argv=None):
     p.add_argument("--eval_interval_s", type=float, default=5.0, help="s between evaluations (the chief's CPU)")
     args = p.parse_args(argv)
     from edgemesh_tf.engine import WarmGroups
-    cluster = load_cluster(args.cluster)
-    t0 = time.monotonic()
-    runs = {"ashl": [], "bsp": []}
+    cluster, t0, runs = load_cluster(args.cluster), time.monotonic(), {"ashl": [], "bsp": []}
     with tempfile.TemporaryDirectory(prefix="final-accuracy-") as workdir, \
             emulated_cluster(cluster) as em, WarmGroups() as pool:
         for seed in range(args.seeds):
             for name, mode in (("ashl", ashl_run), ("bsp", bsp_run)):
-                runs[name].append(mode(seed, args, cluster, em, pool, workdir))
-                r = runs[name][-1]
+                runs[name].append(r := mode(seed, args, cluster, em, pool, workdir))
                 print(f"[final] {name} seed {seed}: accuracy {r['accuracy']:.4f} after {r['budget_s']:.0f} s "
                       f"({r['global_steps']} steps, converged {r['converged']})", file=sys.stderr, flush=True)
     out = {"cluster": args.cluster, "dataset": args.dataset, "model": args.model, "batch": args.batch,

@@ -85,18 +85,13 @@ def report(points, models, sessions=(), replicas=()) -> dict:
     fit the replica terms. The fit's error (``fit_error``, its headroom in the planner) is the largest
     factor, over both, by which a measured peak exceeds its prediction, less 1; ``model_errors`` the
     same per model (a plan of that model keeps its own)."""
-    fit_points = lambda pts: [(s, h, w, p) for _, s, h, p, w, _ in pts]
+    fit_points = lambda pts: [(s, h, w, p) for _, s, h, p, w, _ in pts]  # noqa: E731
     fitted = memory.fit(fit_points(points), [(s, w, p) for _, s, w, p in sessions], source="bench/memory_fit.py")
     if replicas:
         fitted = memory.fit_replica(fitted, fit_points(replicas))
-    mib = lambda mm, s, h, w, r=False: round(mm.device_bytes(s, h, w, replica=r) / 2 ** 20, 1)
-    rows = [{"model": m, "batch": s.batch, "ways": w, "device": i, "measured_mib": round(p / 2 ** 20, 1),
-             "fitted_mib": mib(fitted, s, h, w), "counted_mib": mib(memory.COUNTED, s, h, w)}
-            for m, s, h, p, w, i in points]
-    worst = lambda mm, pts, r=False: round(max(abs(mm.device_bytes(s, h, w, replica=r) / p - 1)
+    worst = lambda mm, pts, r=False: round(max(abs(mm.device_bytes(s, h, w, replica=r) / p - 1)  # noqa: E731
                                                for s, h, w, p in pts), 3)
     replica_error = worst(fitted, fit_points(replicas), True) if replicas else 0.0
-    error = max(worst(fitted, fit_points(points)), replica_error)
 
     def under(plain, replica) -> float:
         """The largest measured / predicted - 1 (>= 0), rounded up: predicted x (1 + it) reaches every
@@ -109,21 +104,22 @@ def report(points, models, sessions=(), replicas=()) -> dict:
                 for m in models if any(pt[0] == m for pt in points)}
     fitted = dataclasses.replace(fitted, fit_error=under(points, replicas),
                                  model_errors=tuple(sorted(by_model.items())))
-    out = {"model": fitted.to_dict(), "points": rows, "fitted_max_abs_rel_error": error,
+
+    def rows(pts, replica=False):
+        mib = lambda mm, s, h, w: round(mm.device_bytes(s, h, w, replica=replica) / 2 ** 20, 1)  # noqa: E731
+        return [{"model": m, "batch": s.batch, "ways": w, "device": i, "measured_mib": round(p / 2 ** 20, 1),
+                 "fitted_mib": mib(fitted, s, h, w), "counted_mib": mib(memory.COUNTED, s, h, w)}
+                for m, s, h, p, w, i in pts]
+    out = {"model": fitted.to_dict(), "points": rows(points),
+           "fitted_max_abs_rel_error": max(worst(fitted, fit_points(points)), replica_error),
            "fitted_max_under_prediction": fitted.fit_error,
            "counted_max_abs_rel_error": worst(memory.COUNTED, fit_points(points))}
     if replicas:
-        out["replicas"] = [{"model": m, "batch": s.batch, "ways": w, "device": i, "measured_mib": round(p / 2 ** 20, 1),
-                            "fitted_mib": mib(fitted, s, h, w, True), "counted_mib": mib(memory.COUNTED, s, h, w, True)}
-                           for m, s, h, p, w, i in replicas]
-        out["replica_max_abs_rel_error"] = replica_error
-    held_out = {}
-    for m in models:
-        rest = fit_points([pt for pt in points if pt[0] != m])
-        mine = fit_points([pt for pt in points if pt[0] == m])
-        if len(rest) >= 4 and mine:
-            held_out[m] = worst(memory.fit(rest, ()), mine)
-    out["left_out_model_max_abs_rel_error"] = held_out
+        out.update(replicas=rows(replicas, True), replica_max_abs_rel_error=replica_error)
+    out["left_out_model_max_abs_rel_error"] = {
+        m: worst(memory.fit(fit_points([pt for pt in points if pt[0] != m]), ()),
+                 fit_points([pt for pt in points if pt[0] == m]))
+        for m in models if any(pt[0] == m for pt in points) and sum(pt[0] != m for pt in points) >= 4}
     out["within_15pct"] = out["fitted_max_abs_rel_error"] <= 0.15
     if sessions:
         out["session_hosts"] = [{"model": m, "batch": s.batch, "ways": w, "measured_mib": round(p / 2 ** 20, 1),
@@ -149,30 +145,23 @@ def main():
     t0 = time.time()
     models = [m for m in args.models.split(",") if m]
     batches, ways = [int(x) for x in args.batches.split(",") if x], [int(x) for x in args.ways.split(",") if x]
+    jobs = [(m, b, False) for m in models for b in batches]  # (model, batch, an engine replica)
+    jobs += [(m, max(batches), True) for m in args.replica_models.split(",") if m]
     points, sessions, replicas, point_bits, replica_bits = [], [], [], [], []
     for bits in [int(x) for x in args.simd_bits.split(",") if x]:
-        for m in models:
+        for m, b, replica in jobs:
             spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
-            for b in batches:
-                stats = model_stats(spec, b)
-                for w in ways:
-                    devices, session = measure(spec, b, w, args.steps, bits)
-                    points += [(m, stats, held, peak, w, i) for i, (held, peak) in enumerate(devices)]
-                    point_bits += [bits] * len(devices)
-                    sessions.append((m, stats, w, session))
-                    print(f"[memory_fit] {m} batch {b} on {w} at {bits} bits: "
-                          f"{[round(pt[3] / 2 ** 20) for pt in points[-w:]]} MiB, "
-                          f"session host {session / 2 ** 20:.0f} MiB", file=sys.stderr, flush=True)
-        for m in [m for m in args.replica_models.split(",") if m]:
-            spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
-            b = max(batches)
             stats = model_stats(spec, b)
             for w in ways:
-                replicas += [(m, stats, held, peak, w, i) for i, (held, peak) in
-                             enumerate(measure(spec, b, w, args.steps, bits, replica=True)[0])]
-                replica_bits += [bits] * w
-                print(f"[memory_fit] {m} replica batch {b} on {w} at {bits} bits: "
-                      f"{[round(pt[3] / 2 ** 20) for pt in replicas[-w:]]} MiB", file=sys.stderr, flush=True)
+                devices, session = measure(spec, b, w, args.steps, bits, replica=replica)
+                (replicas if replica else points).extend((m, stats, held, peak, w, i)
+                                                         for i, (held, peak) in enumerate(devices))
+                (replica_bits if replica else point_bits).extend([bits] * w)
+                if not replica:
+                    sessions.append((m, stats, w, session))
+                print(f"[memory_fit] {m}{' replica' if replica else ''} batch {b} on {w} at {bits} bits: "
+                      f"{[round(peak / 2 ** 20) for _, peak in devices]} MiB"
+                      + (f", session host {session / 2 ** 20:.0f} MiB" if session else ""), file=sys.stderr, flush=True)
     fit = report(points, models, sessions, replicas)
     for rows, bits in ((fit["points"], point_bits), (fit.get("replicas", []), replica_bits)):
         for row, b in zip(rows, bits):

@@ -2,17 +2,13 @@
 
     python -m bench.own_model --model examples/lenet_bn.py --dataset digits32 [--seeds 0,1,2] [--epochs 30]
 
-1. Plain TF, one device, per seed: the model file's network built by ``models/plain_tf.py`` (the same
-   layers and initial weights), SGD with momentum 0.9 at learning rate 0.02, batch 32, ``--epochs``
-   passes over the training set, batch norm's running statistics at evaluation; the held-out accuracy.
-2. edgemesh, per seed: ``edgemesh_tf.run`` on ``--cluster`` (profile, plan, ASHL) with the target
-   accuracy the plain-TF median less one point, judged on the whole test set as plain TF's accuracy
-   is, and a ``--time_budget_s`` budget, at the same base learning rate and momentum; ``--lr_schedule
-   constant`` (the default here) trains at that rate throughout as plain TF does, ``cosine`` is ASHL's
-   own decay (edgemesh run's default).
-Prints one JSON object (``python -m bench.suite --only own_model`` records it in bench/results/own_model.json
-and bench/REPORT.md; ``make bench-own-model``): each run's accuracy, the plain-TF median, whether each
-edgemesh run reached the target, what the plan split.
+Per seed: plain TF on one device (the model file's network and initial weights via models/plain_tf.py,
+SGD with momentum 0.9 at learning rate 0.02, batch 32, --epochs passes, batch norm's running statistics
+at evaluation), then ``edgemesh_tf.run`` on --cluster (profile, plan, ASHL) at the same rate and momentum
+to the plain-TF median less one point, judged on the whole test set, within --time_budget_s;
+--lr_schedule constant (the default here) trains at that rate throughout as plain TF does, cosine is
+ASHL's own decay. Prints one JSON object (`make bench-own-model` records it): each run's accuracy, the
+plain-TF median, whether each edgemesh run reached the target, what the plan split.
 """
 import argparse
 import json
@@ -64,8 +60,7 @@ def edgemesh_run(args, seed: int, target: float) -> dict:
                      lr_schedule=args.lr_schedule, eval_examples=WHOLE_TEST_SET,
                      logdir=os.path.join("runs", "own_model-%d-%s" % (seed, time.strftime("%H%M%S"))))
     return {"accuracy": summary["accuracy"], "reached": summary["time_to_target_s"] is not None,
-            "time_to_target_s": summary["time_to_target_s"], "setup_s": summary["setup_s"],
-            "planned": summary["planned"], "logdir": summary["logdir"]}
+            **{k: summary[k] for k in ("time_to_target_s", "setup_s", "planned", "logdir")}}
 
 
 def main(argv=None):
@@ -78,20 +73,17 @@ def main(argv=None):
     p.add_argument("--time_budget_s", type=float, default=240)
     p.add_argument("--lr_schedule", default="constant", choices=["constant", "cosine"])
     args = p.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    t0 = time.monotonic()
+    seeds, t0 = [int(s) for s in args.seeds.split(",")], time.monotonic()
     plain = {s: round(plain_tf_accuracy(args.model, args.dataset, s, args.epochs), 4) for s in seeds}
     reference = statistics.median(plain.values())
     target = round(reference - 0.01, 4)
     runs = {s: edgemesh_run(args, s, target) for s in seeds}
     out = {"model": args.model, "dataset": args.dataset, "cluster": args.cluster, "epochs": args.epochs,
-           "lr_schedule": args.lr_schedule,
-           "plain_tf_one_device": plain, "plain_tf_median": reference, "target": target,
-           "target_judged_on": "the whole test set", "edgemesh": runs,
+           "lr_schedule": args.lr_schedule, "plain_tf_one_device": plain, "plain_tf_median": reference,
+           "target": target, "target_judged_on": "the whole test set", "edgemesh": runs,
            "edgemesh_median": statistics.median(r["accuracy"] for r in runs.values()),
            "all_reached": all(r["reached"] for r in runs.values()),
-           "any_split": any(r["planned"]["splits"] for r in runs.values()),
-           "seconds": round(time.monotonic() - t0, 1)}
+           "any_split": any(r["planned"]["splits"] for r in runs.values()), "seconds": round(time.monotonic() - t0, 1)}
     print(json.dumps(out))
     return 0 if out["all_reached"] else 1
 

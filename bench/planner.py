@@ -14,10 +14,7 @@
    |predicted / measured - 1|; issue 15's bound is 15%). --repeats rounds run on the same testbed and
    each layout's ratios are the medians over them (`*_by_round`: each round's; `repeat_max_errors`:
    each round's largest error), since this machine's speed drifts over minutes.
-2. Memory (fresh clusters, so each server's peak is its own): peak RSS above the idle server of an
-   even filter split over every worker per device, against training the same model and batch on one
-   device, for each of --memory_models.
-Prints one JSON object.
+Prints one JSON object. (Peak memory of a split against one device is bench/edgemesh_claims.py's.)
 """
 import argparse
 import json
@@ -30,8 +27,8 @@ from edgemesh_tf.data import IMAGE_SHAPES
 from edgemesh_tf.mesh import even_split_layout, single_device_layout, tf
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import calibrated, model_stats, plan, predict, slowness, steps_to_time
-from edgemesh_tf.profiling import (DeviceProfile, LayerTiming, LayoutRunner, Profile, budgets, measure_memory,
-                                   measure_side_by_side, profile_workers)
+from edgemesh_tf.profiling import (DeviceProfile, LayerTiming, LayoutRunner, Profile, budgets, measure_side_by_side,
+                                   profile_workers)
 
 
 def planning_scale(sizes=(16, 64, 256), seed=0):
@@ -110,7 +107,6 @@ def profile_and_measure(em, cluster, spec, args) -> dict:
             "uncalibrated_step_ms": round(raw[k], 2), "uncalibrated_over_measured": round(raw[k] / med[k], 3),
             "examples_per_sec": round(args.batch * 1e3 / med[k], 1), "steps": len(times[k])}
     out["planned_over_even_throughput"] = round(med["even"] / med["planned"], 3)
-    out["compute_scale"] = cal.compute_scale
     out["calibration"] = {"compute_scale": cal.compute_scale, "split_step_ms": profile.split_step_ms,
                           "split_step_devices": list(profile.split_step_devices),
                           "split_step_sizes": {n: list(v) for n, v in profile.split_step_sizes.items()},
@@ -143,29 +139,6 @@ def max_error(layouts: dict, field: str) -> float:
     return round(float(max(abs(v[field] - 1) for v in layouts.values())), 3)
 
 
-def memory_comparison(cluster, model, args) -> dict:
-    """Peak memory per device of ``model`` on one device against an even filter split over every worker."""
-    workers = [d.name for d in cluster.workers]
-    spec = get_model(model, IMAGE_SHAPES[args.memory_dataset], 10)
-    peaks = {}
-    for mode in ("one_device", "filter_split"):
-        with emulated_cluster(cluster) as em:
-            em.lift_quotas()  # peaks do not depend on speed (each server's thread pool stays sized to its quota)
-            if mode == "one_device":
-                layout, devs = single_device_layout(em.device(workers[0])), workers[:1]
-            else:
-                layout, devs = even_split_layout(spec.split_dims(), [em.device(n) for n in workers])[0], workers
-            peaks[mode] = watched(lambda: measure_memory(spec, layout, args.memory_batch, em.session_target,
-                                                         cluster.master.device_string,
-                                                         {n: em.devices[n].pid for n in workers}, devs,
-                                                         steps=2).peak_bytes,
-                                  em.check, args.round_timeout, "memory of %s, %s" % (model, mode))
-    return {"dataset": args.memory_dataset, "batch": args.memory_batch,
-            "one_device_peak_bytes": peaks["one_device"], "filter_split_peak_bytes": peaks["filter_split"],
-            "split_over_one_device_max": round(max(peaks["filter_split"].values())
-                                               / max(1, max(peaks["one_device"].values())), 3)}
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cluster", default="layouts/edge4.yaml")
@@ -176,9 +149,6 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="rounds of profiling, planning and measuring")
     ap.add_argument("--round_timeout", type=float, default=1800.0,
                     help="seconds a round may take before the benchmark fails naming it")
-    ap.add_argument("--memory_models", default="vgg_wide,vgg", help="models of the memory comparison ('' for none)")
-    ap.add_argument("--memory_dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
-    ap.add_argument("--memory_batch", type=int, default=16)
     ap.add_argument("--planning_only", action="store_true", help="only the planning time at scale (no testbed)")
     args = ap.parse_args()
     if args.repeats < 1 or args.steps < 1:
@@ -211,8 +181,6 @@ def main():
         out[key] = max_error(out["layouts"], field)
     out["repeat_max_errors"] = [max_error(r["layouts"], "predicted_over_measured") for r in reps]
     out["predictions_within_15pct"] = bool(out["prediction_max_error"] <= 0.15)
-
-    out["memory"] = {m: memory_comparison(cluster, m, args) for m in args.memory_models.split(",") if m}
     out["seconds"] = round(time.time() - t_start, 1)
     print(json.dumps(out, default=lambda o: o.item()))  # numpy scalars as plain numbers
 

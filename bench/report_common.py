@@ -42,7 +42,7 @@ def status_line(rec) -> str:
 
 
 def section(title: str):
-    """Turns ``body(res, text, out_dir, **kw) -> [plot file names]`` into a section renderer
+    """Turns ``body(res, text, out_dir, **kw) -> [plot file names] or None`` into a section renderer
     ``(rec, out_dir, **kw) -> (markdown, plots)``: ``text`` starts with the heading (``title``
     formatted with ``kw`` and the body's defaults) and the record's status; a record without a result
     is those alone."""
@@ -52,7 +52,7 @@ def section(title: str):
         @functools.wraps(body)
         def render(rec, out_dir, **kw):
             res, text = result(rec), [title.format(**{**defaults, **kw}) + "\n", status_line(rec)]
-            plots = body(res, text, out_dir, **kw) if res else []
+            plots = (body(res, text, out_dir, **kw) or []) if res else []
             return "\n".join(text), plots
         return render
     return wrap

@@ -1,16 +1,14 @@
 """The sections of bench/REPORT.md for the planner, the emulation, the uneven split, the faults, the
 final accuracy, a user's own model and the set-up time (bench/report_claims.py and bench/report_tta.py
 render the claims and the time to accuracy)."""
-from bench.report_common import MIB, compact, figure, fmt, identity_scatter, plt, section, table
+from bench.report_common import compact, figure, fmt, identity_scatter, plt, section, table
 
 
 def drift_by_round(res) -> dict | None:
-    """The machine's drift between profiling and measuring, round by round (pure). The calibration
-    makes the cost model predict a device's whole step alone as the profiler timed it, so that
-    device's predicted ÷ measured step alone is its step at profiling over the same step timed
-    minutes later. {"device", "drift": that ratio by round, "relative_max_errors": each round's
-    largest |ratio / drift - 1| over the layouts (a ratio of two steps measured side by side),
-    "worst": the layout it was}; None without a calibrated device's step alone measured by round."""
+    """The machine's drift between profiling and measuring by round (pure): {"device": a calibrated device,
+    "drift": its step alone's predicted ÷ measured (its step at profiling over the same step timed later),
+    "relative_max_errors": each round's largest |ratio / drift - 1| over the layouts, "worst": the layout it
+    was}; None without a calibrated device's step alone measured by round."""
     lays = res.get("layouts") or {}
     calibrated = [d for d in (res.get("calibration") or {}).get("whole_step_ms", {})
                   if lays.get(f"alone:{d}", {}).get("predicted_over_measured_by_round")]
@@ -61,12 +59,10 @@ def planner_section(res, text, out_dir, name="planner", where=""):
                       [[k, fmt(v["predicted_step_ms"], 1, " ms"), fmt(v["measured_median_step_ms"], 1, " ms"),
                         fmt(v["predicted_over_measured"], 3), fmt(v.get("uncalibrated_over_measured"), 3),
                         v.get("steps")] for k, v in pts.items()]) + "\n")
-    plans = res["planned_layouts"]
-    if all(p == plans[0] for p in plans):
-        text.append(f"The one-group plan: {_describe(plans[0])}.\n")
-    else:  # each round plans on its own profile: the planned row compares each with its own plan
-        text.append("The one-group plan of each round: "
-                    + "; ".join(f"round {i + 1}: {_describe(p)}" for i, p in enumerate(plans)) + ".\n")
+    plans = res["planned_layouts"]  # each round plans on its own profile: its planned row against its own plan
+    text.append(f"The one-group plan: {_describe(plans[0])}.\n" if all(p == plans[0] for p in plans) else
+                "The one-group plan of each round: "
+                + "; ".join(f"round {i + 1}: {_describe(p)}" for i, p in enumerate(plans)) + ".\n")
     text.append(f"Planned over even throughput: {fmt(res.get('planned_over_even_throughput'), 3)}×.\n")
     text.append(f"Largest prediction error: {fmt(100 * res['prediction_max_error'], 1)}% (issue 15: within 15%): "
                 + ("pass" if res["prediction_max_error"] <= 0.15 else "**not met**")
@@ -76,11 +72,6 @@ def planner_section(res, text, out_dir, name="planner", where=""):
                     "one testbed (this machine's speed drifts over minutes); each round's largest error: "
                     + ", ".join(f"{fmt(100 * e, 1)}%" for e in res["repeat_max_errors"]) + ".\n")
     text += _drift(res) if res["repeats"] > 1 else []
-    if res.get("memory"):
-        text.append(table(["Model (memory)", "One device peak", "Filter split, max peak per device", "Ratio"],
-                          [[m, fmt(max(d["one_device_peak_bytes"].values()) / MIB, 1, " MiB"),
-                            fmt(max(d["filter_split_peak_bytes"].values()) / MIB, 1, " MiB"),
-                            fmt(d["split_over_one_device_max"], 3)] for m, d in res["memory"].items()]) + "\n")
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
     identity_scatter(ax, [(v["measured_median_step_ms"], v["predicted_step_ms"], k) for k, v in pts.items()],
                      "measured step (ms)", "predicted step (ms)", "planner's cost model")
@@ -100,11 +91,10 @@ def emulation_section(res, text, out_dir, name="emulation"):
     text.append(table(["Device", "Speed (file)", "Speed (measured)", "Latency ms (file)", "Latency ms (measured)",
                        "Mbit/s (file)", "Down Mbit/s", "Up Mbit/s", "Within tolerance"], rows) + "\n")
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.6))
-    for ax, (conf, meas, title) in zip(axes, (
-            (lambda n: devs[n].get("speed_file"), lambda n: devs[n].get("speed_measured"), "relative speed"),
-            (lambda n: links.get(n, {}).get("bandwidth_mbit_file"), lambda n: links.get(n, {}).get("download_mbit"),
-             "bandwidth (Mbit/s)"))):
-        pairs = [(conf(n), meas(n), n) for n in devs if conf(n) is not None and meas(n) is not None]
+    for ax, (of, conf, meas, title) in zip(axes, ((devs, "speed_file", "speed_measured", "relative speed"), (
+            links, "bandwidth_mbit_file", "download_mbit", "bandwidth (Mbit/s)"))):
+        xy = {n: (of.get(n, {}).get(conf), of.get(n, {}).get(meas)) for n in devs}
+        pairs = [(x, y, n) for n, (x, y) in xy.items() if x is not None and y is not None]
         if pairs:
             identity_scatter(ax, pairs, "configured", "measured", title)
     return figure(fig, out_dir, text, name)
@@ -114,11 +104,10 @@ def emulation_section(res, text, out_dir, name="emulation"):
 def uneven_section(res, text, out_dir):
     text.append(f"`{res['model']}`, batch {res['batch']}, input {res.get('image_shape')}, {res.get('devices')} "
                 f"in-process CPU devices, medians over {res.get('steps_per_config')} steps per configuration.\n")
-    text.append(table(["Configuration", "Median step"], [[k, fmt(v, 1, " ms")] for k, v in res["median_step_ms"].items()])
-                + "\n")
+    text.append(table(["Configuration", "Median step"],
+                      [[k, fmt(v, 1, " ms")] for k, v in res["median_step_ms"].items()]) + "\n")
     text.append(table(["Ratio", "Value"], [[k, fmt(res[k])] for k in (
         "uneven_over_plain_tf", "unsplit_over_plain_tf", "virtual_processors_over_edgemesh") if k in res]) + "\n")
-    return []
 
 
 @section("## A user's own model against plain TensorFlow on one device (`make bench-own-model`)")
@@ -128,17 +117,14 @@ def own_model_section(res, text, out_dir):
                 f"and ASHL ({res['lr_schedule']} learning rate) to the plain-TF median less one point "
                 f"({fmt(res['target'], 4)}).\n")
     rows = [[s, fmt(res["plain_tf_one_device"][s], 4), fmt(r["accuracy"], 4), "yes" if r["reached"] else "**no**",
-             fmt(r["time_to_target_s"], 1, " s"), fmt(r["setup_s"], 1, " s"),
-             r["planned"]["kind"] + (" (splits " + ", ".join(sorted({d for g in r["planned"]["splits"].values()
-                                                                    for d in g})) + ")"
-                                     if r["planned"]["splits"] else ", no split")]
-            for s, r in res["edgemesh"].items()]
+             fmt(r["time_to_target_s"], 1, " s"), fmt(r["setup_s"], 1, " s"), r["planned"]["kind"] + (
+                 " (splits " + ", ".join(sorted({d for g in r["planned"]["splits"].values() for d in g})) + ")"
+                 if r["planned"]["splits"] else ", no split")] for s, r in res["edgemesh"].items()]
     text.append(table(["Seed", "Plain TF", "edgemesh final", "Target reached", "Time to target", "Set-up", "Plan"],
                       rows) + "\n")
     text.append(f"Medians: plain TF {fmt(res['plain_tf_median'], 4)}, edgemesh {fmt(res['edgemesh_median'], 4)} "
                 f"(the target is judged on {res.get('target_judged_on', 'the whole test set')}, the final accuracy on "
                 "the whole test set after the commits in flight land, so a run may end below the target it reached).\n")
-    return []
 
 
 @section("## The main job's set-up: first run and rerun (`make bench-setup`)")
@@ -157,7 +143,6 @@ def setup_section(res, text, out_dir):
     med = res["median_setup_s"]
     text.append(f"Medians: first run {fmt(med['first'], 1, ' s')}, rerun {fmt(med['rerun'], 1, ' s')} "
                 f"(rerun / first {fmt(res['rerun_over_first'], 2)}).\n")
-    return []
 
 
 @section("## Faults")
@@ -166,7 +151,6 @@ def faults_section(res, text, out_dir):
                       [[r.get("scenario"), r.get("what", "—"), "yes" if r.get("ok") else "**no**",
                         "; ".join(f"{k}: {compact(v)}" for k, v in r.items() if k not in ("scenario", "what", "ok")
                                   and v is not None)] for r in res.get("scenarios", [])]) + "\n")
-    return []
 
 
 @section("## Final accuracy: ASHL against BSP converged (`make bench-final`)")
@@ -189,11 +173,10 @@ def final_section(res, text, out_dir):
                         f"{fmt(check.get('difference'), 4)} ({fmt(check.get('ashl_final_accuracy'), 4)} - "
                         f"{fmt(check.get('bsp_final_accuracy'), 4)})", check.get("threshold", "—"), verdict]]) + "\n")
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for name, color in (("ashl", "tab:blue"), ("bsp", "tab:gray")):
+    for name, color, label in (("ashl", "tab:blue", "ASHL"), ("bsp", "tab:gray", "BSP (limits lifted)")):
         for i, r in enumerate(runs.get(name, [])):
             t, a = zip(*r["curve"]) if r["curve"] else ((), ())
-            ax.plot(t, a, color=color, alpha=0.8, label=name.upper() + (" (limits lifted)" if name == "bsp" else "")
-                    if i == 0 else None)
+            ax.plot(t, a, color=color, alpha=0.8, label=None if i else label)
     ax.set(xlabel="training time (s; BSP's with the limits lifted, so not comparable)", ylabel="held-out accuracy",
            title="final accuracy")
     ax.legend()

@@ -38,11 +38,12 @@ def plot_tta(res: dict, target: float, title: str):
 
 
 VARIANT_LABELS = {"ashl": "ASHL as published (baseline)", "adsp": "ADSP as published (baseline)",
-                  "adsp+constant_lr": "ADSP, constant rate without weight decay", "ashl_project": "the project's ASHL (all its rules)",
-                  "ashl+error_feedback": "+ error feedback", "ashl+replan": "+ re-planning (drift, interval)",
-                  "ashl+compress_in_ahl": "+ top-k in AHL too", "ashl+phase_shares": "+ per-phase data shares",
+                  "adsp+constant_lr": "ADSP, constant rate without weight decay",
+                  "ashl_project": "the project's ASHL (all its rules)", "ashl+error_feedback": "+ error feedback",
+                  "ashl+replan": "+ re-planning (drift, interval)", "ashl+compress_in_ahl": "+ top-k in AHL too",
+                  "ashl+phase_shares": "+ per-phase data shares", "ashl+constant_lr": "+ constant learning rate",
                   "ashl+budget_compression": "+ the project's per-link top-k rule (budget)",
-                  "ashl+project_staleness": "+ the project's staleness gate", "ashl+constant_lr": "+ constant learning rate"}
+                  "ashl+project_staleness": "+ the project's staleness gate"}
 HEADLINES = (("ashl_over_adsp", "ASHL ÷ ADSP", "heterogeneous"), ("ashl_over_bsp", "ASHL ÷ BSP", "heterogeneous"),
              ("homogeneous_ashl_over_adsp", "ASHL ÷ ADSP", "homogeneous"),
              ("homogeneous_ashl_over_bsp", "ASHL ÷ BSP", "homogeneous"))
@@ -60,8 +61,8 @@ def variants_table(res: dict) -> list[str]:
             "ASHL. Ratio < 1: faster than the strategy as published (its runs above, interleaved with the "
             f"variants'); {res.get('seeds', {}).get('variants')} seeds per variant, so only large effects show; CI "
             "and p as above.\n"]
-    rows = [[VARIANT_LABELS.get(v, v), " ".join([f"`{v}`"] + [", ".join(
-                f"{k}={x}" for k, x in (s.get("sync") or {}).items() if k != "strategy")]).strip(),
+    rows = [[VARIANT_LABELS.get(v, v), (f"`{v}` " + ", ".join(f"{k}={x}" for k, x in (s.get("sync") or {}).items()
+                                                            if k != "strategy")).strip(),
              _median_time(s), s.get("reached", "—"), fmt(s.get("ratio_to_baseline"), 3),
              ci(s.get("ratio_to_baseline_ci95")), fmt(s.get("p"), 4), fmt(s.get("final_accuracy"), 4)]
             for v, s in var.items()]
@@ -94,49 +95,44 @@ def _cluster_name(c) -> str:
 def plot_seeds(res: dict):
     """One dot per seed per strategy (and ASHL variant), one panel per cluster; hollow red dots at
     the budget are runs that did not reach the target; a bar marks each median."""
-    variants = res.get("variants", {}).get("variants", {})
+    variants, budget = res.get("variants", {}).get("variants", {}), res.get("budget_s")
     panels = [(_cluster_name(c), [(LABELS.get(n, n), s) for n, s in c["strategies"].items()]
                + [(v, s) for v, s in variants.items() if key == "heterogeneous" and v not in c["strategies"]])
               for key, c in ((k, res.get(k)) for k in ("heterogeneous", "homogeneous")) if c]
     widths = [max(2, len(e)) for _, e in panels] or [1]
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(1.0 + 0.75 * sum(widths), 4.6), squeeze=False,
                              gridspec_kw={"width_ratios": widths}, sharey=True)
-    budget = res.get("budget_s")
     for ax, (name, entries) in zip(axes[0], panels):
         for i, (label, s) in enumerate(entries):
             times = s.get("times_s") or []
-            n = max(1, len(times))
-            xs = [i + 0.3 * (k - (n - 1) / 2) / n for k in range(len(times))]
+            xs = [i + 0.3 * (k - (len(times) - 1) / 2) / len(times) for k in range(len(times))]
             ax.scatter([x for x, t in zip(xs, times) if t is not None], [t for t in times if t is not None],
                        s=22, color="tab:blue", zorder=3)
-            ax.scatter([x for x, t in zip(xs, times) if t is None], [s.get("budget_s", budget) for t in times if t is None],
+            ax.scatter([x for x, t in zip(xs, times) if t is None], [s.get("budget_s", budget)] * times.count(None),
                        s=26, facecolors="none", edgecolors="tab:red", zorder=3)
             if s.get("time_to_target_s") is not None:
                 ax.hlines(s["time_to_target_s"], i - 0.3, i + 0.3, color="black", lw=1.5)
         if budget:
             ax.axhline(budget, color="grey", ls="--", lw=0.8)
-        ax.set_xticks(range(len(entries)))
-        ax.set_xticklabels([label for label, _ in entries], rotation=35, ha="right", fontsize=8)
-        ax.set_title(name)
-        ax.set_ylim(bottom=0)
+        ax.set_xticks(range(len(entries)), [label for label, _ in entries], rotation=35, ha="right", fontsize=8)
+        ax.set(title=name, ylim=(0, None))
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("time to target (s); hollow red: not reached (budget)")
     return fig
 
 
 def _verdict(res) -> str:
+    """Whether this run shows the paper's claim: ASHL ≤ 0.70× ADSP's median time, the CI's upper bound below 1."""
     r, interval, p = res.get("ashl_over_adsp"), res.get("ashl_over_adsp_ci95"), res.get("ashl_over_adsp_p")
     if r is None or not interval:
         return ""
-    holds = r <= 0.70 and interval[1] < 1.0
+    verdict = "holds in this run." if r <= 0.70 and interval[1] < 1.0 else (
+        f"does not hold in this run: the median ratio is {'above' if r > 0.70 else '≤'} 0.70"
+        + (", and the interval includes 1 (no difference is shown)." if interval[1] >= 1.0
+           else ", but the interval's upper bound is below 1 (ASHL is faster)."))
     return (f"**ASHL against ADSP on {_cluster_name(res['heterogeneous'])}: {fmt(r, 3)} of ADSP's median time "
             f"(95% CI {ci(interval)}, permutation p = {fmt(p, 4)}).** The paper's claim (more than 30% less time: "
-            f"ratio ≤ 0.70, with the interval's upper bound below 1) "
-            + ("holds in this run." if holds else
-               "does not hold in this run: " + ("the median ratio is above 0.70" if r > 0.70 else
-                                                "the median ratio is ≤ 0.70") +
-               (", and the interval includes 1 (no difference is shown)." if interval[1] >= 1.0 else
-                ", but the interval's upper bound is below 1 (ASHL is faster).")) + "\n")
+            f"ratio ≤ 0.70, with the interval's upper bound below 1) {verdict}\n")
 
 
 def _intro(res) -> str:
@@ -169,14 +165,12 @@ def _cluster(res, key, text, out_dir) -> list[str]:
                 + (f" on {res['eval_examples']:,} test images" if res.get("eval_examples") else "") + ")\n")
     plots = figure(plot_tta(c, res["target_accuracy"], f"{name}: accuracy against training time"), out_dir, text,
                    f"tta_{name}")
-    rows = []
-    for n, s in c["strategies"].items():
-        over = {b: (1.0 if n == b else ratios.get(f"{prefix}{n}_over_{b}")) for b in ("bsp", "adsp")}
-        rows.append(_strategy_row(n, s) + [
-            fmt(s["bytes_sent"] / 1e6 if s.get("bytes_sent") is not None else None, 1, " MB"),
-            fmt(s.get("wait_s"), 1, " s"), fmt(over["bsp"], 3), fmt(over["adsp"], 3)])
-    text.append(table(["Strategy", "Median time to target", "95% CI", "Reached",
-                       final_header(res, "Final accuracy, median"), "Sent", "Waiting", "÷ BSP", "÷ ADSP"], rows) + "\n")
+    rows = [_strategy_row(n, s) + [fmt(s["bytes_sent"] / 1e6 if s.get("bytes_sent") is not None else None, 1, " MB"),
+                                   fmt(s.get("wait_s"), 1, " s")]
+            + [fmt(1.0 if n == b else ratios.get(f"{prefix}{n}_over_{b}"), 3) for b in ("bsp", "adsp")]
+            for n, s in c["strategies"].items()]
+    text.append(table(["Strategy", "Median time to target", "95% CI", "Reached", final_header(res, "Final accuracy, "
+                       "median"), "Sent", "Waiting", "÷ BSP", "÷ ADSP"], rows) + "\n")
     why = "; ".join(f"{LABELS.get(n, n)}: " + ", ".join(f"{k} {w}" for w, k in s["not_reached"].items())
                     for n, s in c["strategies"].items() if s.get("not_reached"))
     if why:
@@ -189,8 +183,8 @@ def tta_section(res, text, out_dir):
     text.append(_intro(res))
     if res.get("interrupted"):
         text.append("**Interrupted** (SIGTERM) before every run had finished: the figures cover the runs shown.\n")
-    rows = [[label, _cluster_name(res[cluster]), fmt(res[key], 3), ci(res.get(key + "_ci95")), fmt(res.get(key + "_p"), 4)]
-            for key, label, cluster in HEADLINES if key in res and res.get(cluster)]
+    rows = [[label, _cluster_name(res[cluster]), fmt(res[key], 3), ci(res.get(key + "_ci95")),
+             fmt(res.get(key + "_p"), 4)] for key, label, cluster in HEADLINES if key in res and res.get(cluster)]
     if rows:
         text.append(table(["Comparison", "Cluster", "Ratio of median times", "95% CI (bootstrap)",
                            "p (permutation)"], rows) + "\n")
@@ -230,7 +224,6 @@ def tta_variants_section(res, text, out_dir):
                     + "\n")
     text += variants_table(res)
     text.append(f"Wall time: {fmt(res.get('wall_s'), 0)} s.\n")
-    return []
 
 
 def _strategy_row(n, s) -> list:

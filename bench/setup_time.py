@@ -2,9 +2,9 @@
 (`python -m bench.setup_time [--cluster layouts/pi4.yaml] [--jobs 2]`).
 
 `edgemesh run` (the main job: its defaults but --cluster and --time_budget_s) with an empty profile
-cache, then the same command again, `--jobs` pairs, each pair with a cache of its own; each job's
-`setup_s`, `train_s`, accuracy and whether it reused the profile, from its summary.json. Prints
-one JSON object with the medians of both set-up times and their ratio (rerun / first).
+cache, then the same command again, `--jobs` pairs, each with a cache of its own. Prints one JSON
+object: each job's `setup_s`, `train_s`, accuracy and whether it reused the profile (its summary.json),
+the medians of both set-up times and their ratio (rerun / first).
 """
 import argparse
 import json
@@ -19,10 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main_job_pairs(cluster_path: str, jobs: int, budget_s: float) -> list[dict]:
     out = []
-    for j in range(jobs):
+    for _ in range(jobs):
         with tempfile.TemporaryDirectory(prefix="setup-bench-") as tmp:
-            env = dict(os.environ, EDGEMESH_PROFILE_CACHE=os.path.join(tmp, "cache"))
-            pair = {}
+            env, pair = dict(os.environ, EDGEMESH_PROFILE_CACHE=os.path.join(tmp, "cache")), {}
             for run in ("first", "rerun"):
                 logdir = os.path.join(tmp, run)
                 p = subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", "run", "--cluster", cluster_path,

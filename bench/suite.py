@@ -54,10 +54,9 @@ BENCHES = (
     # quick: the same module runs on pi4 (emulation_pi4) instead
     Bench("emulation", "emulation", CLUSTER, None, 600),
     Bench("emulation_pi4", "emulation", PI4, PI4 + ("--rounds", "1"), 600),
-    # the cost model on lan4 (issue 15: within 15%); no memory comparison (the claims measure memory)
-    Bench("planner", "planner", LAN4 + ("--dataset", "cifar10", "--batch", "32", "--steps", "8", "--repeats", "2",
-                                        "--memory_models", ""),
-          LAN4 + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 1200),  # quick: the small digits input
+    # the cost model on lan4 (issue 15: within 15%)
+    Bench("planner", "planner", LAN4 + ("--dataset", "cifar10", "--batch", "32", "--steps", "8", "--repeats", "2"),
+          LAN4 + ("--steps", "3", "--repeats", "1"), 1200),  # quick: the small digits input
     # VGG-16 on the Pi-class cluster, memory limits enforced; quick: vgg_wide on the 8x8 digits, where the plan splits
     Bench("edgemesh_claims", "edgemesh_claims", PI4,
           PI4 + ("--model", "vgg_wide", "--dataset", "digits", "--steps", "2", "--memory", "0"), 3600),
@@ -74,13 +73,13 @@ BENCHES = (
     Bench("final_accuracy", "final_accuracy", CLUSTER,
           CLUSTER + ("--seeds", "1", "--ashl_budget_s", "20", "--bsp_budget_s", "20"), 3600),
     # the cost model's shared medium against the testbed's Wi-Fi channel, `make bench-wifi`
-    Bench("planner_wifi", "planner", PI4WIFI + ("--model", "vgg", "--dataset", "cifar10", "--batch", "32",
-                                                "--steps", "8", "--memory_models", ""),
-          PI4WIFI + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 1800),
+    Bench("planner_wifi", "planner",
+          PI4WIFI + ("--model", "vgg", "--dataset", "cifar10", "--batch", "32", "--steps", "8"),
+          PI4WIFI + ("--steps", "3", "--repeats", "1"), 1800),
     # the cost model on the Pi-class cluster over three rounds, `make bench-pi4`
-    Bench("planner_pi4", "planner", PI4 + ("--model", "vgg16", "--dataset", "digits32", "--batch", "32",
-                                           "--steps", "5", "--repeats", "3", "--memory_models", ""),
-          PI4 + ("--steps", "3", "--repeats", "1", "--memory_models", ""), 4800),
+    Bench("planner_pi4", "planner", PI4 + ("--model", "vgg16", "--dataset", "digits32", "--batch", "32", "--steps", "5",
+                                           "--repeats", "3"),
+          PI4 + ("--steps", "3", "--repeats", "1"), 4800),
     # a user's own model file on pi4 against the same network in plain TF on one device, `make bench-own-model`
     Bench("own_model", "own_model", PI4 + ("--model", "examples/lenet_bn.py", "--dataset", "digits32"),
           PI4 + ("--model", "examples/lenet_bn.py", "--dataset", "digits32", "--seeds", "0", "--epochs", "3",
@@ -158,17 +157,13 @@ def _last_json(stdout: str):
     return None
 
 
-def record_of(b: Bench, quick: bool) -> dict:
-    """The record of benchmark `b` in this run: run it, or say a quick run leaves it out."""
+def run_bench(b: Bench, quick: bool) -> dict:
+    """Runs one benchmark in its own process group, never longer than its timeout; a quick run leaves
+    out (and records as not run) those without quick arguments."""
     if quick and b.quick is None:  # shown as not run, replacing an older record
         return {"name": b.name, "status": "not run", "quick": True, "seconds": 0.0,
                 "error": "not in the quick run; `make bench` runs it"}
     print(f"[bench] {b.name}: running (at most {b.timeout_s:.0f} s)", file=sys.stderr, flush=True)
-    return run_bench(b, quick)
-
-
-def run_bench(b: Bench, quick: bool) -> dict:
-    """Runs one benchmark in its own process group; never longer than its timeout."""
     module = b.module if "." in b.module else "bench." + b.module
     args = [sys.executable, "-m", module, *(b.quick if quick else b.full)]
     rec = {"name": b.name, "command": shlex.join(["python", *args[1:]]),
@@ -199,7 +194,8 @@ def run_bench(b: Bench, quick: bool) -> dict:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small smoke run of the whole pipeline; figures are not evidence")
+    ap.add_argument("--quick", action="store_true",
+                    help="small smoke run of the whole pipeline; figures are not evidence")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="directory of the recorded JSON")
     ap.add_argument("--out", default=HERE, help="directory of REPORT.md and its plots")
     ap.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
@@ -213,7 +209,7 @@ def main():
     info["quick"] = args.quick
     t0 = time.monotonic()
     for b in selected(only):
-        rec = record_of(b, args.quick)
+        rec = run_bench(b, args.quick)
         print(f"[bench] {b.name}: {rec['status']} in {rec['seconds']} s"
               + (f" ({rec['error']})" if rec["error"] else ""), file=sys.stderr, flush=True)
         with open(os.path.join(args.results, f"{b.name}.json"), "w") as f:

@@ -45,14 +45,15 @@ def test_runs_are_interleaved_by_seed_and_rotated():
     assert seeds == sorted(seeds)  # every strategy's seed k before any seed k + 1
 
 
-def test_default_benchmark_is_estimated_within_80_minutes():
+def test_default_benchmark_is_estimated_within_80_minutes(capsys):
     e = tta_plan.estimate(_args())
     assert e["capped_s"] <= 80 * 60 and e["capped_s"] == e["full_s"]
     assert e["variant_runs"] == e["variant_runs_in_cap"] == 2 * len(tta_plan.DEFAULT_VARIANTS)
     assert tta_plan.estimate(_args("--quick"))["capped_s"] <= 6 * 60
     capped = tta_plan.estimate(_args("--max_minutes", "50"))
     assert capped["capped_s"] <= 50 * 60 and capped["variant_runs_in_cap"] < capped["variant_runs"]
-    assert "Estimated wall time of the defaults" in tta._help_estimate()
+    tta.main(["--estimate"])  # the command line prints the estimate
+    assert json.loads(capsys.readouterr().out) == e
 
 
 def test_the_cap_skips_variant_runs_never_strategy_runs(monkeypatch):
@@ -122,15 +123,15 @@ def _final(reach, target=0.93, spacing=8.0, end=None, dip=False, budget=90.0):
 
 
 def test_run_record_uses_three_evaluations_in_a_row():
-    rec = tta.run_record(_final(16.0), 0, 0.93, 18.4, 70.0, "/tmp/x")
+    rec = tta.run_record(_final(16.0), 0, 0.93, 70.0, "/tmp/x")
     assert rec["time_to_target_s"] == 16.0 and rec["reached"] and rec["eval_spacing_s"] == 8.0
-    dipped = tta.run_record(_final(16.0, dip=True), 1, 0.93, 18.4, 70.0, "/tmp/x")
+    dipped = tta.run_record(_final(16.0, dip=True), 1, 0.93, 70.0, "/tmp/x")
     assert dipped["first_at_target_s"] == 16.0 and dipped["time_to_target_s"] is None
     assert dipped["not_reached"] == "fell below the target after reaching it"
-    short = tta.run_record(_final(16.0, end=20.0), 3, 0.93, 18.4, 70.0, "/tmp/x")  # evaluations at 16 and 20 only
+    short = tta.run_record(_final(16.0, end=20.0), 3, 0.93, 70.0, "/tmp/x")  # evaluations at 16 and 20 only
     assert short["time_to_target_s"] is None and short["not_reached"] == "stopped before 3 evaluations at target"
     assert rec["not_reached"] is None
-    never = tta.run_record(_final(None), 2, 0.93, 18.4, 120.0, "/tmp/x")
+    never = tta.run_record(_final(None), 2, 0.93, 120.0, "/tmp/x")
     assert never["time_to_target_s"] is None and never["first_at_target_s"] is None
     assert never["not_reached"] == "never at target"
 
@@ -143,7 +144,7 @@ BSP = [None, None, 80]
 
 
 def _cluster(path, times_by_name):
-    runs = {n: [tta.run_record(_final(t), seed, 0.93, 18.4, 60.0, "/tmp/x") for seed, t in enumerate(times)]
+    runs = {n: [tta.run_record(_final(t), seed, 0.93, 60.0, "/tmp/x") for seed, t in enumerate(times)]
             for n, times in times_by_name.items()}
     return types.SimpleNamespace(path=path, runs=runs, spacings=[8.0], info={"cluster": path, "compute": "cgroup-v1",
                                                                              "network": "netns"})
