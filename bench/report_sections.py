@@ -181,3 +181,23 @@ def final_section(res, text, out_dir):
            title="final accuracy")
     ax.legend()
     return figure(fig, out_dir, text, "final_accuracy")
+
+
+@section("## The job's cost model against the main job, per phase (`job_prediction`)")
+def job_prediction_section(res, text, out_dir):
+    text.append(f"`{res['model']}` on {res['dataset']}: the main job (`edgemesh run`, the cached profile, the plan "
+                f"with the number of groups shown, no target) trained {fmt(res['budget_s'], 0)} s per row group; "
+                "predicted (the plan's cost of the job, `engine/core/job_cost.py`) → measured, per phase and group: "
+                "step, local iterations per commit, commit (push + pull) and examples/s.\n")
+    arrow = lambda r, k, d=1: f"{fmt(r['predicted'][k], d)} → {fmt(r['measured'][k], d)}"  # noqa: E731
+    text.append(table(["Cluster", "Groups", "Strategy", "Phase", "Group", "Examples/s", "Measured ÷ predicted",
+                       "Step ms", "Iterations per commit", "Commit ms", "Term that missed most"],
+                      [[run["cluster"], run["groups"], run["strategy"], r["phase"], r["group"],
+                        arrow(r, "examples_per_sec"), fmt(r["ratio"], 3), arrow(r, "step_ms"), arrow(r, "local_steps"),
+                        arrow(r, "commit_ms", 0), (r.get("missed") or {}).get("term", "—")]
+                       for run in res["runs"] for r in run["rows"]]) + "\n")
+    text.append(f"Largest error |measured ÷ predicted - 1|: {fmt(100 * (res['max_error'] or 0), 1)}% (issue 45: within "
+                f"{fmt(100 * res['bound'], 0)}%): " + ("pass" if res["within_bound"] else "**not met**") + "; by "
+                "strategy " + ", ".join(f"{k} {fmt(100 * v, 1)}%" for k, v in res["max_error_by_strategy"].items())
+                + "; by phase " + ", ".join(f"{k} {fmt(100 * v, 1)}%" for k, v in res["max_error_by_phase"].items())
+                + ".\n")

@@ -57,6 +57,9 @@ BENCHES = (
     # the cost model on lan4 (issue 15: within 15%)
     Bench("planner", "planner", LAN4 + ("--dataset", "cifar10", "--batch", "32", "--steps", "8", "--repeats", "2"),
           LAN4 + ("--steps", "3", "--repeats", "1"), 1200),  # quick: the small digits input
+    # the job's cost model per phase against the main job (issue 45), every strategy, one and two groups, two clusters
+    Bench("job_prediction", "job_prediction", ("--budget_s", "30"),
+          ("--clusters", "layouts/pi4.yaml", "--strategies", "ashl,bsp", "--budget_s", "15"), 3000),
     # VGG-16 on the Pi-class cluster, memory limits enforced; quick: vgg_wide on the 8x8 digits, where the plan splits
     Bench("edgemesh_claims", "edgemesh_claims", PI4,
           PI4 + ("--model", "vgg_wide", "--dataset", "digits", "--steps", "2", "--memory", "0"), 3600),
