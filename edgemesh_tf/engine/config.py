@@ -165,10 +165,12 @@ class SyncConfig:
                                       "--compress_in_ahl) or budget (the project's rule: a push takes at most "
                                       "--push_budget of its round's compute, ratio at least --min_ratio). "
                                       "Default: ashl for --sync ashl, else none.", choices=COMPRESSIONS)
-    ratio: float = setting(0.01, "Fixed top-k ratio (fraction of entries) of --compression fixed.",
+    ratio: float = setting(0.01, "Fixed top-k ratio (fraction of entries) of --compression fixed (ASHL's "
+                                 "preset is --compress_ratio).",
                            flag="compression_ratio", check=fraction("a fraction of entries "))
     compress_ratio: float = setting(0.1, "ASHL's preset top-k ratio r_preset (the authors' --compress_ratio) of "
-                                    "--compression ashl: the smallest ratio Algorithm 2 plans.",
+                                    "--compression ashl: the smallest ratio Algorithm 2 plans (--compression fixed "
+                                    "uses --compression_ratio).",
                                     check=fraction("a fraction of entries "))
     min_ratio: float = setting(0.01, "Smallest per-link top-k ratio of --compression budget (fraction of entries).",
                                check=fraction("a fraction of entries "))
