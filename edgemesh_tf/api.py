@@ -28,6 +28,7 @@ from edgemesh_tf.engine.config import JobSettings, fresh_run_dir
 from edgemesh_tf.layers import ModelFn, ModelSpec, build_model
 from edgemesh_tf.models import load_model as _load_model, save_model
 from edgemesh_tf.planner import Plan, format_table, write_plan
+from edgemesh_tf.planner.near_tie import DEFAULT_TOLERANCE
 from edgemesh_tf.profiling.types import Profile
 
 
@@ -161,20 +162,23 @@ def train(cluster: Cluster, model: ModelSpec, plan: Plan, *, strategy: str = "as
 
 
 def run(cluster: str = "layouts/pi4.yaml", model: str | ModelSpec = "vgg", *, emulate: bool = True, batch: int = 32,
-        groups: int | None = None, profile_cache: str = "default", reprofile: bool = False,
-        emit: Callable[[records.Record], None] = records.print_line, **settings) -> dict:
+        groups: int | None = None, near_tie: float = DEFAULT_TOLERANCE, profile_cache: str = "default",
+        reprofile: bool = False, emit: Callable[[records.Record], None] = records.print_line, **settings) -> dict:
     """The main job in one call (``edgemesh run``): start the cluster, profile, plan, train, tear
     down. ``groups``: plan this many data-parallel groups (default: the number the cost model finds
-    best); ``profile_cache`` and ``reprofile``: as ``edgemesh run``'s flags. ``settings``: fields of
-    ``JobSettings`` / ``SyncConfig`` (dataset, strategy, target_accuracy, time_budget_s, logdir, ...).
+    best); ``near_tie``: plans predicted within this fraction of the best are timed on the cluster and
+    the fastest kept (0: off); ``profile_cache`` and ``reprofile``: as ``edgemesh run``'s flags.
+    ``settings``: fields of ``JobSettings`` / ``SyncConfig`` (dataset, strategy, target_accuracy,
+    time_budget_s, logdir, ...).
     Returns the summary ``edgemesh run`` prints (also in ``<logdir>/summary.json``)."""
     from edgemesh_tf.main_job import MainJob, run_main_job
 
     if isinstance(model, ModelSpec):
         settings.setdefault("logdir", fresh_run_dir())
         model = _reference(model, _logdir(settings["logdir"]))
-    job = MainJob(cluster=cluster, batch=batch, emulate=emulate, groups=groups, profile_cache=profile_cache,
-                  reprofile=reprofile, settings=JobSettings.for_command("run", model=model, **settings))
+    job = MainJob(cluster=cluster, batch=batch, emulate=emulate, groups=groups, near_tie=near_tie,
+                  profile_cache=profile_cache, reprofile=reprofile,
+                  settings=JobSettings.for_command("run", model=model, **settings))
     return run_main_job(job, emit=emit)
 
 

@@ -21,7 +21,8 @@ import time
 from typing import Callable
 
 from edgemesh_tf.engine.core import records
-from edgemesh_tf.engine.config import JobSettings, SyncConfig, int_at_least, setting, validate
+from edgemesh_tf.engine.config import JobSettings, SyncConfig, int_at_least, non_negative, setting, validate
+from edgemesh_tf.planner.near_tie import DEFAULT_TOLERANCE
 
 _MIB = 1 << 20
 
@@ -47,6 +48,10 @@ class MainJob:
     groups: int | None = setting(None, "Data-parallel groups to plan: compare a plan of K groups with the planner's "
                                  "choice (its prediction says which is faster); unset: the best number the cost "
                                  "model finds.", check=int_at_least(1))
+    near_tie: float = setting(DEFAULT_TOLERANCE, "Plans with another number of groups predicted within this fraction "
+                              "of the best are timed on the cluster before training (each group's step), priced again "
+                              "with the timed steps, and the fastest kept (0: keep the prediction's choice).",
+                              check=non_negative(" (a fraction of the best plan's examples/s)"))
     settings: JobSettings = dataclasses.field(default_factory=lambda: JobSettings.for_command("run"))
 
     def __post_init__(self):
@@ -145,6 +150,48 @@ def profile_and_plan(cluster, spec, batch: int, servers, logdir: str, sync: Sync
     return profile, result, profile_path, plan_path, cache
 
 
+NEAR_TIE_DEVICES = 16
+"""Clusters of up to this many workers re-plan every other number of groups to find near ties."""
+
+
+def settle_near_tie(cluster, spec, batch: int, sync: SyncConfig, profile, result, servers, tolerance: float):
+    """``result`` or, when plans of another number of groups are predicted within ``tolerance`` of it
+    (``planner.near_tie``), the one of them that is fastest once each group's step is timed on the
+    reached ``servers`` (the groups of one plan at once, one plan after another, the testbed's limits
+    lifted while they set up); returns (plan, record or None: no near tie)."""
+    from edgemesh_tf.engine.core import job_cost
+    from edgemesh_tf.planner import PlanError
+    from edgemesh_tf.planner.near_tie import near_ties, settle
+    from edgemesh_tf.profiling.profiler import layout_steps_ms
+
+    plans = {len(result.groups): result}
+    for k, _ in result.candidates if len(profile.devices) <= NEAR_TIE_DEVICES else ():
+        if k not in plans:
+            try:
+                plans[k] = job_cost.plan_job(profile, spec, batch, sync, groups=k)
+            except PlanError:
+                continue
+    tied = near_ties({k: p.examples_per_sec for k, p in plans.items()}, tolerance)
+    if len(tied) < 2:
+        return result, None
+
+    def time_plan(p):
+        layouts = {"group%d" % i: g.layout for i, g in enumerate(p.groups)}
+        steps = layout_steps_ms(spec, batch, layouts, servers.target, cluster.master.device_string, repeats=5,
+                                testbed_limits=servers.testbed)
+        return [steps["group%d" % i] for i in range(len(p.groups))]
+    timed = {}
+    for k in tied:
+        if servers.testbed is None:
+            timed[k] = time_plan(plans[k])
+        else:  # a device whose server dies ends the wait at once, naming it
+            from edgemesh_tf.cluster.watch import watched
+            timed[k] = watched(lambda: time_plan(plans[k]), servers.testbed.check, 600.0,
+                               "timing the %d-group plan of a near tie" % k)
+    kept, record = settle({k: plans[k] for k in tied}, timed, job_cost.objective(sync))
+    return plans[kept], dict(record, tolerance=tolerance, planned=len(result.groups))
+
+
 def check_profile(final: dict, cache: dict) -> dict:
     """Whether a cached profile still describes the devices. The first job on a fresh profile records
     each group's measured iteration time in its cache entry; a job that reuses the profile compares
@@ -207,7 +254,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
     from edgemesh_tf.engine.runtime.job import reach_servers
     from edgemesh_tf.models import initial_weights, load_model
     from edgemesh_tf.models.keras_out import check_exportable
-    from edgemesh_tf.planner import format_table
+    from edgemesh_tf.planner import format_table, write_plan
 
     s = job.settings
     cluster = load_cluster(job.cluster)
@@ -224,6 +271,11 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
         profile, result, profile_path, plan_path, cache = profile_and_plan(
             cluster, spec, job.batch, servers, s.logdir, s.sync, emulate=job.emulate,
             cache_dir=cache_dir(job.profile_cache), reprofile=job.reprofile, groups=job.groups)
+        tie = None
+        if job.near_tie and job.groups is None:
+            result, tie = settle_near_tie(cluster, spec, job.batch, s.sync, profile, result, servers, job.near_tie)
+            if tie is not None and tie["kept"] != tie["planned"]:
+                write_plan(result, plan_path)
         emit(records.Planned(profile_s=round(time.monotonic() - t0, 1), profile=profile_path, plan=plan_path,
                              table=format_table(result), reused=cache["entry"] if cache["reused"] else "",
                              reused_age_s=cache["age_s"]))
@@ -241,7 +293,7 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
                "examples_per_sec": round(sum(g["examples_per_sec"] for g in final["group_time"].values()), 1),
                "bytes_sent": final["bytes_sent"], "wait_s": final["wait_s"], "devices": final["devices"],
                "group_time": final["group_time"], "idle_devices": list(result.idle), "plan": plan_path,
-               "planned": plan_summary(result, spec, cluster),
+               "planned": plan_summary(result, spec, cluster), "near_tie": tie,
                "predicted_vs_measured": pvm,
                "profile": profile_path, "profile_cache": cache, "initial_weights": spec.source if initial_weights(spec) else None,
                "export": final.get("export"),

@@ -43,6 +43,17 @@ def plan_lines(p: dict) -> list[str]:
     return lines
 
 
+def near_tie_lines(t: dict | None) -> list[str]:
+    """The plans the cost model could not tell apart, as predicted and as timed on the cluster, and which was kept."""
+    if not t:
+        return []
+    return ["near tie (plans predicted within %.0f%% of each other, timed on the cluster before training): %s; kept %d "
+            "group(s)%s" % (100 * t["tolerance"], "; ".join(
+                "%d group(s) predicted %.0f, timed %.0f examples/s" % (c["groups"], c["predicted"], c["timed"])
+                for c in t["candidates"]), t["kept"], "" if t["kept"] == t["planned"] else
+            " instead of the prediction's %d" % t["planned"])]
+
+
 def profile_cache_lines(c: dict | None) -> list[str]:
     """What the set-up reused from the profile cache, and whether the run found the profile still true."""
     if not c:
@@ -84,6 +95,7 @@ def summary_text(s: dict) -> str:
     if s["idle_devices"]:
         lines.append("  idle: %s (the planner predicts the job faster without %s; see %s)" % (
             ", ".join(s["idle_devices"]), "them" if len(s["idle_devices"]) > 1 else "it", s["plan"]))
+    lines.extend(near_tie_lines(s.get("near_tie")))
     pvm = s.get("predicted_vs_measured")
     if pvm and pvm["rows"]:
         lines.append("predicted -> measured per phase and group (a round: local iterations, a commit, a wait)%s:"
