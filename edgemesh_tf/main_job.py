@@ -157,16 +157,19 @@ NEAR_TIE_DEVICES = 16
 def settle_near_tie(cluster, spec, batch: int, sync: SyncConfig, profile, result, servers, tolerance: float):
     """``result`` or, when plans of another number of groups are predicted within ``tolerance`` of it
     (``planner.near_tie``), the one of them that is fastest once each group's step is timed on the
-    reached ``servers`` (the groups of one plan at once, one plan after another, the testbed's limits
-    lifted while they set up); returns (plan, record or None: no near tie)."""
+    reached ``servers`` (the groups of one plan at once, one plan after another, so that a device holds
+    one layout at a time; the testbed's limits lifted while they set up); returns (plan, record or
+    None: no near tie)."""
     from edgemesh_tf.engine.core import job_cost
     from edgemesh_tf.planner import PlanError
     from edgemesh_tf.planner.near_tie import near_ties, settle
     from edgemesh_tf.profiling.profiler import layout_steps_ms
 
     plans = {len(result.groups): result}
-    for k, _ in result.candidates if len(profile.devices) <= NEAR_TIE_DEVICES else ():
-        if k not in plans:
+    coarse = dict(result.candidates)  # the grid search's best rate per number of groups, at coarse shares
+    ref = coarse.get(len(result.groups), result.examples_per_sec)
+    for k, rate in result.candidates if len(profile.devices) <= NEAR_TIE_DEVICES else ():
+        if k not in plans and rate >= ref * (1 - 2 * tolerance):  # refined, a candidate moves by a few %
             try:
                 plans[k] = job_cost.plan_job(profile, spec, batch, sync, groups=k)
             except PlanError:
@@ -175,12 +178,16 @@ def settle_near_tie(cluster, spec, batch: int, sync: SyncConfig, profile, result
     if len(tied) < 2:
         return result, None
 
+    known: dict = {}  # a group's layout -> its timed step (ms): a group two plans share is timed once
+
     def time_plan(p):
-        layouts = {"group%d" % i: g.layout for i, g in enumerate(p.groups)}
-        steps = layout_steps_ms(spec, batch, layouts, servers.target, cluster.master.device_string, repeats=5,
-                                testbed_limits=servers.testbed)
-        return [steps["group%d" % i] for i in range(len(p.groups))]
-    timed = {}
+        todo = {"group%d" % i: g.layout for i, g in enumerate(p.groups) if g.layout not in known}
+        if todo:
+            steps = layout_steps_ms(spec, batch, todo, servers.target, cluster.master.device_string, repeats=3,
+                                    testbed_limits=servers.testbed)
+            known.update({todo[name]: ms for name, ms in steps.items()})
+        return [known[g.layout] for g in p.groups]
+    timed, t0 = {}, time.monotonic()
     for k in tied:
         if servers.testbed is None:
             timed[k] = time_plan(plans[k])
@@ -189,7 +196,8 @@ def settle_near_tie(cluster, spec, batch: int, sync: SyncConfig, profile, result
             timed[k] = watched(lambda: time_plan(plans[k]), servers.testbed.check, 600.0,
                                "timing the %d-group plan of a near tie" % k)
     kept, record = settle({k: plans[k] for k in tied}, timed, job_cost.objective(sync))
-    return plans[kept], dict(record, tolerance=tolerance, planned=len(result.groups))
+    return plans[kept], dict(record, tolerance=tolerance, planned=len(result.groups),
+                             seconds=round(time.monotonic() - t0, 1))
 
 
 def check_profile(final: dict, cache: dict) -> dict:
