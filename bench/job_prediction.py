@@ -50,7 +50,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="vgg_wide")
     p.add_argument("--dataset", default="digits")
     p.add_argument("--budget_s", type=float, default=40.0, help="training time of each job (s)")
-    p.add_argument("--bound", type=float, default=0.15, help="issue 45's largest error")
+    p.add_argument("--bound", type=float, default=0.15,
+                   help="the largest error accepted, a fraction (`within_bound`; issue 45 asks 15%%)")
     args = p.parse_args(argv)
     strategies = [s for s in args.strategies.split(",") if s]
     unknown = sorted(set(strategies) - set(STRATEGIES))

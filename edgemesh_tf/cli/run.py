@@ -49,7 +49,8 @@ def near_tie_lines(t: dict | None) -> list[str]:
         return []
     return ["near tie (plans predicted within %.0f%% of each other, timed on the cluster before training in %.0f s): "
             "%s; kept %d group(s)%s" % (100 * t["tolerance"], t.get("seconds", 0.0), "; ".join(
-                "%d group(s) predicted %.0f, timed %.0f examples/s" % (c["groups"], c["predicted"], c["timed"])
+                "%d group(s) (%s) predicted %.0f, timed %.0f examples/s" % (
+                    c["groups"], " | ".join("+".join(g) for g in c.get("devices", [])), c["predicted"], c["timed"])
                 for c in t["candidates"]), t["kept"], "" if t["kept"] == t["planned"] else
             " instead of the prediction's %d" % t["planned"])]
 

@@ -51,15 +51,17 @@ def test_the_plan_fastest_as_timed_is_kept_even_against_the_prediction():
     assert kept == second
     rows = {c["groups"]: c for c in record["candidates"]}
     assert rows[first]["timed"] < rows[first]["predicted"] and rows[second]["timed"] == rows[second]["predicted"]
+    assert rows[first]["devices"] == [list(g.names) for g in plans[first].groups]
     assert rows[first]["step_ms"][0][1] == pytest.approx(3 * rows[first]["step_ms"][0][0], rel=0.01)
 
 
 def test_the_console_says_what_was_timed_and_what_was_kept():
     assert near_tie_lines(None) == []
     record = {"tolerance": 0.1, "planned": 1, "kept": 2, "seconds": 12.3, "candidates": [
-        {"groups": 1, "predicted": 331.4, "timed": 280.0}, {"groups": 2, "predicted": 310.2, "timed": 300.0}]}
+        {"groups": 1, "devices": [["a", "b"]], "predicted": 331.4, "timed": 280.0},
+        {"groups": 2, "devices": [["a"], ["b"]], "predicted": 310.2, "timed": 300.0}]}
     line, = near_tie_lines(record)
     assert "within 10% of each other, timed on the cluster before training in 12 s" in line
-    assert "1 group(s) predicted 331, timed 280" in line
+    assert "1 group(s) (a+b) predicted 331, timed 280" in line and "2 group(s) (a | b) predicted 310" in line
     assert line.endswith("kept 2 group(s) instead of the prediction's 1")
     assert near_tie_lines(dict(record, kept=1))[0].endswith("kept 1 group(s)")
