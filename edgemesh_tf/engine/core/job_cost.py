@@ -198,10 +198,10 @@ def compare(predicted: Mapping[str, Mapping[str, PhaseCost]], measured: Mapping[
             gap: float = GAP) -> list[dict]:
     """One row per phase and group that both have: predicted and measured figures, the ratio of the
     measured examples/s to the predicted, and `missed`: None, or when the ratio is off 1 by more than
-    `gap`, the term of the round (step, commit, wait) whose measured ms per commit differs most from
-    the prediction, with that difference. The step term counts the measured local iterations per
-    commit (step_ms off, times H as run): an H that differs from the predicted one follows from the
-    other terms (the chief plans H on measured timings)."""
+    `gap`, the term of the round (step, commit, wait) that moved the time per iteration most in the
+    direction of the gap, with what it moved it by (ms per iteration). Per iteration a round costs
+    step + (commit + wait) / H, so the three terms add up to the whole difference, whatever H each
+    side ran (the chief plans H on measured timings, so a measured H differs when the other terms do)."""
     rows = []
     for phase, groups in measured.items():
         for g, m in groups.items():
@@ -211,10 +211,12 @@ def compare(predicted: Mapping[str, Mapping[str, PhaseCost]], measured: Mapping[
             ratio = round(m["examples_per_sec"] / p.examples_per_sec, 3)
             missed = None
             if abs(ratio - 1.0) > gap:
-                diffs = {"step": m["local_steps"] * (m["step_ms"] - p.step_ms),
-                         "commit": m["commit_ms"] - p.commit_ms, "wait": m["wait_ms"] - p.wait_ms}
-                term = max(TERMS, key=lambda k: abs(diffs[k]))
-                missed = {"term": term, "ms_per_commit": round(diffs[term], 1)}
+                h, ph = max(m["local_steps"], 1e-9), max(p.local_steps, 1)
+                diffs = {"step": m["step_ms"] - p.step_ms, "commit": m["commit_ms"] / h - p.commit_ms / ph,
+                         "wait": m["wait_ms"] / h - p.wait_ms / ph}
+                slower = 1.0 if ratio < 1.0 else -1.0  # the term that pushed the time the way the gap goes
+                term = max(TERMS, key=lambda k: slower * diffs[k])
+                missed = {"term": term, "ms_per_iteration": round(diffs[term], 1)}
             rows.append({"phase": phase, "group": g, "predicted": p.as_dict(),
                          "measured": {k: round(v, 1) for k, v in m.items()}, "ratio": ratio, "missed": missed})
     return rows
@@ -232,8 +234,8 @@ def format_rows(rows: Sequence[dict]) -> list[str]:
                     fmt(p["local_steps"]), fmt(m["local_steps"]), fmt(p["step_ms"]), fmt(m["step_ms"]),
                     fmt(p["commit_ms"]), fmt(m["commit_ms"]), fmt(p["wait_ms"]), fmt(m["wait_ms"])))
         if r["missed"]:
-            line += "  GAP > %d%%: the %s term missed by %+.0f ms per commit" % (
-                round(GAP * 100), r["missed"]["term"], r["missed"]["ms_per_commit"])
+            line += "  GAP > %d%%: the %s term missed by %+.1f ms per iteration" % (
+                round(GAP * 100), r["missed"]["term"], r["missed"]["ms_per_iteration"])
         lines.append(line)
     return lines
 
