@@ -32,7 +32,9 @@ def plan_lines(p: dict) -> list[str]:
     """What the planner chose and why: its prediction against the best alternative, and each split."""
     best, predicted = p["best_alternative"], p["predicted_examples_per_sec"]
     tie = best and abs(best[1] - predicted) <= 0.005 * predicted  # e.g. a grid of one-device groups
-    why = (" (predicted %.0f examples/s; the best alternative, %s, %.0f%s)" % (predicted, *best, ", a tie" if tie else "")
+    same = tie and p["kind"] == "grid" and not p["splits"]  # the grid's groups are the alternative's own
+    why = (" (predicted %.0f examples/s; the best alternative, %s, %.0f%s)" % (
+        predicted, *best, ", the same layout: every group one device" if same else ", a tie" if tie else "")
            if best else " (predicted %.0f examples/s)" % predicted)
     lines = ["plan: %s%s" % (p["kind"], why)]
     if not p["splits"]:

@@ -72,6 +72,8 @@ def test_shares_and_the_summary_name_each_device_and_its_units():
                                    "  group0 splits conv1: jetson0 3 / pi1 2"]
     assert "no layer split" in plan_lines(dict(planned, splits={}))[1]
     assert plan_lines(dict(planned, best_alternative=["all_replicated", 223.5]))[0].endswith(", 224, a tie)")
+    same = dict(planned, best_alternative=["all_replicated", 224.1], splits={})  # a grid of one-device groups
+    assert plan_lines(same)[0].endswith(", 224, the same layout: every group one device)")
 
 
 def test_summary_lists_each_layer_with_its_split_dim_params_and_flops():
