@@ -83,7 +83,8 @@ def _walk(mode, tmp):
             cluster = load_cluster(job.cluster)
             cfg = job_config(cluster, default_groups(cluster, job.batch), job.settings)
             return {"job": {"cluster": job.cluster, "batch": job.batch, "emulate": job.emulate,
-                            "profile_cache": job.profile_cache, "reprofile": job.reprofile, "groups": job.groups},
+                            "profile_cache": job.profile_cache, "reprofile": job.reprofile, "groups": job.groups,
+                            "near_tie": job.near_tie},
                     "cfg": cfg.to_dict()}
         base = []
     else:
@@ -161,14 +162,14 @@ def test_every_flag_of_run_reaches_the_main_job_and_its_job_config(tmp_path):
     base = walk["baseline"]["result"]
     # the defaults of `make run`: pi4, vgg_wide on digits, ASHL, 97% or 240 s, evaluations every second
     assert base["job"] == {"cluster": "layouts/pi4.yaml", "batch": 32, "emulate": True, "profile_cache": "default",
-                           "reprofile": False, "groups": None}
+                           "reprofile": False, "groups": None, "near_tie": 0.1}
     cfg0 = base["cfg"]
     assert (cfg0["model"], cfg0["dataset"], cfg0["sync"]["strategy"]) == ("vgg_wide", "digits", "ashl")
     assert (cfg0["target_accuracy"], cfg0["time_budget_s"], cfg0["eval_interval_s"]) == (0.97, 240.0, 1.0)
     assert cfg0["logdir"].startswith("runs/run-")
     # every flag of `edgemesh run` is a field of MainJob, JobSettings or SyncConfig (no hand-written flag)
     assert set(walk["flags"]) == _fields_as_flags("run") | {"cluster", "batch_size", "emulate", "profile_cache",
-                                                             "reprofile", "groups"}, walk["flags"]
+                                                             "reprofile", "groups", "near_tie"}, walk["flags"]
     for flag in walk["flags"]:
         w = walk["walk"][flag]
         assert "result" in w, (flag, w)
@@ -179,7 +180,7 @@ def test_every_flag_of_run_reaches_the_main_job_and_its_job_config(tmp_path):
             assert r["job"]["batch"] == w["value"] and {g["batch_size"] for g in cfg["groups"]} == {w["value"]}
         elif flag == "emulate":  # run_main_job starts the testbed only if set
             assert r["job"]["emulate"] is w["value"]
-        elif flag in ("profile_cache", "reprofile", "groups"):  # run_main_job's profiling and plan, not the config
+        elif flag in ("profile_cache", "reprofile", "groups", "near_tie"):  # run_main_job's plan, not the config
             assert r["job"][flag] == w["value"] and _changed_only(cfg0, cfg, {"logdir"})[0], flag
         else:
             assert _field(cfg, flag) == w["value"], (flag, w["value"], _field(cfg, flag))
