@@ -187,14 +187,14 @@ def settle_near_tie(cluster, spec, batch: int, sync: SyncConfig, profile, result
                                     testbed_limits=servers.testbed)
             known.update({todo[name]: ms for name, ms in steps.items()})
         return [known[g.layout] for g in p.groups]
-    timed, t0 = {}, time.monotonic()
-    for k in tied:
+    def timed_plan(k):
         if servers.testbed is None:
-            timed[k] = time_plan(plans[k])
-        else:  # a device whose server dies ends the wait at once, naming it
-            from edgemesh_tf.cluster.watch import watched
-            timed[k] = watched(lambda: time_plan(plans[k]), servers.testbed.check, 600.0,
-                               "timing the %d-group plan of a near tie" % k)
+            return time_plan(plans[k])
+        from edgemesh_tf.cluster.watch import watched  # a device whose server dies ends the wait, naming it
+        return watched(lambda: time_plan(plans[k]), servers.testbed.check, 600.0,
+                       "timing the %d-group plan of a near tie" % k)
+    t0 = time.monotonic()
+    timed = {k: timed_plan(k) for k in tied}
     kept, record = settle({k: plans[k] for k in tied}, timed, job_cost.objective(sync))
     return plans[kept], dict(record, tolerance=tolerance, planned=len(result.groups),
                              seconds=round(time.monotonic() - t0, 1))

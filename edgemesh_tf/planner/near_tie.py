@@ -43,14 +43,14 @@ def timed_rate(plan: Plan, step_ms: Sequence[float],
 
 def settle(plans: Mapping[int, Plan], timed: Mapping[int, Sequence[float]],
            objective: Callable[[Sequence[GroupPrediction], int], float]) -> tuple[int, dict]:
-    """The key of the plan to keep among near ties and the record of the choice: {"candidates": [{"groups",
-    "devices" (each group's), "predicted", "timed" (examples/s), "step_ms": [[predicted, timed] per group]}],
-    "kept"}. ``timed[k]``:
-    the timed step of each of ``plans[k]``'s groups (ms). Ties in the timed rate keep the better prediction."""
-    rows = [{"groups": len(p.groups), "key": k, "devices": [list(g.names) for g in p.groups],
-             "predicted": round(p.examples_per_sec, 1),
+    """The number of groups of the plan to keep among near ties (``plans``, keyed by their number of
+    groups) and the record of the choice: {"candidates": [{"groups", "devices" (each group's),
+    "predicted", "timed" (examples/s), "step_ms": [[predicted, timed] per group]}], "kept"}.
+    ``timed[k]``: the timed step of each of ``plans[k]``'s groups (ms). Ties in the timed rate keep the
+    better prediction."""
+    rows = [{"groups": k, "devices": [list(g.names) for g in p.groups], "predicted": round(p.examples_per_sec, 1),
              "timed": round(timed_rate(p, timed[k], objective), 1),
              "step_ms": [[round(g.prediction.step_ms, 1), round(float(s), 1)] for g, s in zip(p.groups, timed[k])]}
             for k, p in plans.items()]
-    kept = max(rows, key=lambda r: (r["timed"], r["predicted"]))["key"]
-    return kept, {"candidates": [{k: v for k, v in r.items() if k != "key"} for r in rows], "kept": kept}
+    kept = max(rows, key=lambda r: (r["timed"], r["predicted"]))["groups"]
+    return kept, {"candidates": rows, "kept": kept}
