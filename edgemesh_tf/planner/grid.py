@@ -52,6 +52,7 @@ from edgemesh_tf.planner.calibrate import calibrated
 from edgemesh_tf.planner.cost import GroupPrediction
 from edgemesh_tf.planner.division import Division, PlanError, divide, speed
 from edgemesh_tf.planner.model_stats import model_stats
+from edgemesh_tf.planner.shared_divisions import SharedDivisions
 from edgemesh_tf.profiling.types import DeviceProfile, Profile
 
 STALENESS_PENALTY = 0.1
@@ -153,10 +154,10 @@ def _budgets(profile: Profile, budget) -> Profile:
 class _Grid:
     """Evaluates partitions (tuples of tuples of device names) with cached group divisions."""
 
-    def __init__(self, profile, stats, chunks, rate):
+    def __init__(self, profile, shared: SharedDivisions, chunks, rate):
         self.by_name = {d.name: d for d in profile.devices}
         self.order = {d.name: i for i, d in enumerate(profile.devices)}
-        self.profile, self.stats, self.chunks, self.rate = profile, stats, chunks, rate
+        self.shared, self.chunks, self.rate = shared, chunks, rate
         self.cache: dict[tuple[str, ...], Division | PlanError] = {}
 
     def key(self, names) -> tuple[str, ...]:
@@ -166,9 +167,8 @@ class _Grid:
         key = self.key(names)
         if key not in self.cache:
             try:
-                self.cache[key] = divide([self.by_name[n] for n in key], self.stats, chunks=self.chunks,
-                                         profile_batch=self.profile.batch, polish=False, subsets=True,
-                                         ps_bandwidth_mbit=self.profile.ps_bandwidth_mbit)
+                self.cache[key] = self.shared([self.by_name[n] for n in key], chunks=self.chunks, polish=False,
+                                              subsets=True)
             except PlanError as e:
                 self.cache[key] = e
         return self.cache[key]
@@ -265,7 +265,7 @@ def _search(grid: _Grid, devices, groups: int | None):
     return best, per_k, first_error
 
 
-def _finish(profile: Profile, stats, chunks, partition, rate) -> list[Division]:
+def _finish(profile: Profile, shared: SharedDivisions, chunks, partition, rate) -> list[Division]:
     """The screened ``partition`` divided again at full granularity and polished; then (up to
     LOCAL_SEARCH_DEVICES devices) each group in turn is offered the devices no group uses, keeping
     the fastest of them it pays to use (``divide(subsets=True)``), if the grid's rate rises. Coarse
@@ -275,8 +275,7 @@ def _finish(profile: Profile, stats, chunks, partition, rate) -> list[Division]:
     by_name = {d.name: d for d in profile.devices}
 
     def division(names, subsets):
-        return divide([by_name[n] for n in names], stats, chunks=chunks, profile_batch=profile.batch,
-                      ps_bandwidth_mbit=profile.ps_bandwidth_mbit, subsets=subsets)
+        return shared([by_name[n] for n in names], chunks=chunks, subsets=subsets)
 
     final = [division(g, False) for g in partition]
     free = [d.name for d in profile.devices if not any(d.name in g for g in partition)]
@@ -358,10 +357,11 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     else:
         rate = lambda divs: objective([d.prediction for d in divs], batch)
     screen = max(chunks or 0, SCREEN_CHUNKS)
-    best, per_k, error = _search(_Grid(profile, stats, screen, rate), devices, groups)
+    shared = SharedDivisions(lambda group, **o: divide(group, stats, profile_batch=pb, ps_bandwidth_mbit=ps_bw, **o))
+    best, per_k, error = _search(_Grid(profile, shared, screen, rate), devices, groups)
     options = []  # (kind, rate, divisions)
     if best is not None:
-        final = _finish(profile, stats, chunks, best[1], rate)
+        final = _finish(profile, shared, chunks, best[1], rate)
         options.append(("grid", rate(final), final))
     alone = alt.singles(devices, stats, pb, ps_bw)
     fastest = alt.fastest_device(alone)
