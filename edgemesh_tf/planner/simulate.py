@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from edgemesh_tf.planner.cost import LayerCoeffs, Shares, input_medium_ms, layer_coeffs, transfer_ms
 from edgemesh_tf.planner.model_stats import ModelStats
 from edgemesh_tf.profiling.types import DeviceProfile
@@ -34,55 +36,24 @@ BACKWARD_FRACTION = 1 - FORWARD_FRACTION
 
 
 def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares],
-                     profile_batch: int, coeffs: Sequence[LayerCoeffs] | None = None,
-                     memo: dict | None = None) -> float:
+                     profile_batch: int, coeffs: Sequence[LayerCoeffs] | None = None) -> float:
     """Simulated ms of one step of ``group`` under ``assignment`` (see the module docstring).
 
     coeffs: ``layer_coeffs`` of every dim of ``stats`` on ``group``, when the caller has them
     (they depend on the group only, not on the assignment: the planner's search reuses them).
-    memo: a dict the caller keeps for one (group, stats, profile_batch, coeffs), shares as tuples: each
-    layer's terms (``_layer_terms``) are kept in it by the layer's and the previous layer's shares, and
-    the forward pass's times after each layer by the shares of the layers up to it, as the planner's
-    search simulates one division after another that differ in a layer or two. The result is the same.
-
-    The planner's search runs this ~100,000 times per test session, so it is written for speed (one
-    pass over the layers forward, max() of two or three values as comparisons); each value is the
-    same float expression, in the same order, as the formulas of the module docstring.
+    Each value is the same float expression, in the same order, as the formulas of the module
+    docstring; ``simulate_steps_ms`` computes the same floats for many divisions at once.
     """
     k = len(group)
     if coeffs is None:
         coeffs = [layer_coeffs(group, dim, stats.batch, profile_batch) for dim in stats.dims]
     lat = [d.latency_ms for d in group]
-    medium_input = input_medium_ms(group, stats)
-    t = [1.5 * d.step_overhead_ms + max(transfer_ms(stats.batch * stats.image_bytes, d.bandwidth_mbit),
-                                        medium_input if d.medium else 0.0) for d in group]
+    t = _start_ms(group, stats)
     layers = []  # per layer: (its backward compute ms per device, its collective's ms or 0: none)
     previous_shares, previous_units = None, 0
-    # with a memo, the forward times after each layer are kept too, by the shares of every layer up to
-    # it (a trie: node ids for the layers before, the layer's shares): a division that differs from one
-    # simulated before only from layer l on starts its forward pass at l
-    prefixes, node = None, 0
-    if memo is not None:
-        prefixes = memo.get(None)
-        if prefixes is None:
-            prefixes = memo[None] = {}
-    for index, (dim, co) in enumerate(zip(stats.dims, coeffs)):
+    for dim, co in zip(stats.dims, coeffs):
         shares = assignment.get(dim.name) if k > 1 else None
-        if prefixes is not None:
-            seen = prefixes.get((node, shares))
-            if seen is not None:
-                node, t, back, reduce_ms = seen
-                layers.append((back, reduce_ms))
-                previous_shares, previous_units = shares, dim.units
-                continue
-        if memo is None:
-            fwd, back, reduce_ms = _layer_terms(co, shares, previous_shares, previous_units)
-        else:
-            key = (index, shares, previous_shares if shares else None)
-            terms = memo.get(key)
-            if terms is None:
-                terms = memo[key] = _layer_terms(co, shares, previous_shares, previous_units)
-            fwd, back, reduce_ms = terms
+        fwd, back, reduce_ms = _layer_terms(co, shares, previous_shares, previous_units)
         if not shares:
             t = [x + f for x, f in zip(t, fwd)]
         else:
@@ -99,21 +70,8 @@ def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignme
                             for ws in co.medium_out) + co.hop_ms
             else:
                 aired = 0.0 + co.hop_ms
-            t = []
-            for d, l, a, r, s, st, o in zip(done, lat, arrive, rpu, shares, sent, co.split_ms):
-                # max(max(d, l + a) + recv, l + st, aired) + o, recv = r * (U - s)
-                u = l + a
-                m = (u if u > d else d) + r * (units - s)
-                u = l + st
-                if u > m:
-                    m = u
-                if aired > m:
-                    m = aired
-                t.append(m + o)
-        if prefixes is not None:
-            after = len(prefixes) + 1
-            prefixes[(node, shares)] = (after, t, back, reduce_ms)
-            node = after
+            t = [max(max(l + a, d) + r * (units - s), l + st, aired) + o
+                 for d, l, a, r, s, st, o in zip(done, lat, arrive, rpu, shares, sent, co.split_ms)]
         layers.append((back, reduce_ms))
         previous_shares, previous_units = shares, dim.units
     for back, reduce_ms in reversed(layers):
@@ -121,6 +79,68 @@ def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignme
         if reduce_ms > 0:  # a split layer's backward collective: every device waits for it
             t = [max(t) + reduce_ms] * k
     return max(x + d.step_overhead_ms / 2 for x, d in zip(t, group))
+
+
+def simulate_steps_ms(group: Sequence[DeviceProfile], stats: ModelStats, divisions: Sequence[Sequence[Shares]],
+                      coeffs: Sequence[LayerCoeffs], terms: dict | None = None) -> np.ndarray:
+    """``simulate_step_ms`` of each of ``divisions`` (shares per dim of ``stats``, in order) on
+    ``group`` (k >= 2, no device on a shared medium), as one array of M values, bit for bit the
+    same: the same float operations, in the same order, on (M, k) arrays. The planner's search
+    simulates every neighbour of its current division at once this way.
+
+    terms: a dict the caller keeps for one group's ``coeffs``: each layer's terms by the layer's and
+    the previous layer's shares (neighbours share most of them).
+    """
+    k, m = len(group), len(divisions)
+    if k < 2 or any(d.medium for d in group):
+        raise ValueError("simulate_steps_ms simulates groups of 2 or more devices on their own links, got %d "
+                         "devices, media %s" % (k, sorted({d.medium for d in group})))
+    terms = {} if terms is None else terms
+    lat = np.array([d.latency_ms for d in group])
+    t = np.tile(np.array(_start_ms(group, stats)), (m, 1))
+    backward = []  # per layer: (M, k) backward compute ms, (M,) the collective's ms (0: none)
+    previous = [None] * m
+    for index, (dim, co) in enumerate(zip(stats.dims, coeffs)):
+        shares = [d[index] for d in divisions]
+        rows, found = [], {}
+        for s, p in zip(shares, previous):
+            key = (s, p if s else None)
+            row = found.get(key)
+            if row is None:
+                row = found[key] = len(found)
+                if (index,) + key not in terms:
+                    terms[(index,) + key] = _layer_terms(co, s, p, coeffs[index - 1].units if index else 0)
+            rows.append(row)
+        table = [terms[(index,) + key] for key in found]
+        rows = np.array(rows)
+        fwd = np.array([f for f, _, _ in table])[rows]
+        backward.append((np.array([b for _, b, _ in table])[rows], np.array([r for _, _, r in table])[rows]))
+        done = t + fwd
+        split = np.array([bool(s) for s in shares])
+        if split.any():
+            units = co.units
+            s = np.array([x if x else (0,) * k for x in shares])
+            rpu, o = np.array(co.recv_ms_per_unit), np.array(co.split_ms)
+            sent = _latest_others(done + (k - 1) * rpu * s + lat)
+            arrive = _latest_others(done + lat)
+            aired = 0.0 + co.hop_ms
+            gathered = np.maximum(np.maximum(np.maximum(lat + arrive, done) + rpu * (units - s), lat + sent),
+                                  aired) + o
+            t = np.where(split[:, None], gathered, done)
+        else:
+            t = done
+        previous = shares
+    for back, reduce_ms in reversed(backward):
+        t = t + back
+        t = np.where((reduce_ms > 0)[:, None], t.max(axis=1, keepdims=True) + reduce_ms[:, None], t)
+    return (t + np.array([d.step_overhead_ms for d in group]) / 2).max(axis=1)
+
+
+def _start_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> list[float]:
+    """Per device: when its step starts (the master's start and its input batch, see above)."""
+    medium_input = input_medium_ms(group, stats)
+    return [1.5 * d.step_overhead_ms + max(transfer_ms(stats.batch * stats.image_bytes, d.bandwidth_mbit),
+                                           medium_input if d.medium else 0.0) for d in group]
 
 
 def _layer_terms(co: LayerCoeffs, shares: Shares, previous_shares: Shares,
@@ -155,4 +175,16 @@ def _latest_other(sent: list[float]) -> list[float]:
     first = sent.index(top)
     out = [top] * len(sent)
     out[first] = sent[1 - first] if len(sent) == 2 else max(sent[:first] + sent[first + 1:])
+    return out
+
+
+def _latest_others(sent: np.ndarray) -> np.ndarray:
+    """``_latest_other`` of each row of ``sent`` (M, k)."""
+    rows = np.arange(len(sent))
+    first = sent.argmax(axis=1)
+    top = sent[rows, first]
+    rest = sent.copy()
+    rest[rows, first] = -np.inf
+    out = np.repeat(top[:, None], sent.shape[1], axis=1)
+    out[rows, first] = rest.max(axis=1)
     return out
