@@ -164,6 +164,9 @@ class _Grid:
         return tuple(sorted(names, key=self.order.__getitem__))
 
     def group(self, names: tuple[str, ...]) -> Division | PlanError:
+        found = self.cache.get(names)  # the group as a partition holds it, before sorting its names
+        if found is not None:
+            return found
         key = self.key(names)
         if key not in self.cache:
             try:
@@ -171,7 +174,8 @@ class _Grid:
                                               subsets=True)
             except PlanError as e:
                 self.cache[key] = e
-        return self.cache[key]
+        found = self.cache[names] = self.cache[key]
+        return found
 
     def score(self, partition) -> tuple[float, list[Division]] | PlanError:
         divs = [self.group(g) for g in partition]

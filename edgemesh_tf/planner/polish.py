@@ -91,16 +91,21 @@ class _Search:
     def fits(self, sh) -> bool:
         return all(m <= b for m, b in zip(self.memory(sh), self.budget))
 
-    def fits_changed(self, base, base_memory, trial, changed) -> bool:
-        """``fits(trial)`` for a ``trial`` that differs from ``base`` (whose memory is ``base_memory``)
-        only in the layers ``changed``: the bytes of those layers swapped (integers: exact)."""
-        mem = list(base_memory)
+    def fits_changed(self, base, base_room, trial, changed) -> bool:
+        """``fits(trial)`` for a ``trial`` that differs from ``base`` only in the layers ``changed``;
+        ``base_room``: (each device's budget minus the base's bytes, the least of them). The bytes of
+        the changed layers are swapped (integers: exact); when even holding every unit of them more
+        than the base does fits the device with the least room, the trial fits without the sum."""
+        room, least = base_room
+        coeffs = self.coeffs
+        if sum(coeffs[l].mem_per_unit * coeffs[l].units for l in changed) <= least:
+            return True
+        room = list(room)
         for l in changed:
-            co = self.coeffs[l]
-            for sh, sign in ((base[l], -1), (trial[l], 1)):
-                for i in range(self.k):
-                    mem[i] += sign * co.mem_per_unit * (co.units if sh is None else sh[i])
-        return all(m <= b for m, b in zip(mem, self.budget))
+            co, old, new = coeffs[l], base[l], trial[l]
+            for i in range(self.k):
+                room[i] -= co.mem_per_unit * ((co.units if new is None else new[i]) - (co.units if old is None else old[i]))
+        return min(room) >= 0
 
     def repair(self, sh, fixed: Sequence[int]):
         """Moves quanta of split layers not in ``fixed`` off over-budget devices (see the module
@@ -179,11 +184,12 @@ class _Search:
         best, best_ms = list(start), self.cost(start)
         while budget > 0:
             move = None
-            best_memory = self.memory(best)
+            room = [b - m for b, m in zip(self.budget, self.memory(best))]
+            base_room = (room, min(room))
             for moves in (self.single_moves, self.chain_moves):
                 trials = []
                 for changed, trial in moves(best):
-                    if not self.fits_changed(best, best_memory, trial, changed):
+                    if not self.fits_changed(best, base_room, trial, changed):
                         trial = self.repair(trial, changed)
                         if trial is None:
                             continue
