@@ -1,24 +1,21 @@
 """The planner against measurement on the emulated testbed.
 
     python -m bench.planner --cluster layouts/edge4.yaml [--model vgg] [--dataset digits] [--batch 32]
-    python -m bench.planner --planning_only          # step 0 only: no testbed, no root
 
-0. Planning time at scale (no testbed): plans vgg at 32x32 on 16, 64 and 256 synthetic devices
-   (1-8 GFLOP/s, 10-1000 Mbit/s, 1-10 ms) and records the seconds, groups and idle devices.
-1. A round (`profile_and_measure`) on the emulated cluster, its memory limits off (each device alone
-   is measured, whatever it may hold): profiles every worker, plans one group as the plain layout it
-   measures, without a ps, and measures the planned layout, the even split over every worker and over
-   the three fastest (`even:3`) and each worker alone (the all-replicated alternative's groups) side
-   by side: median step time against the cost model's prediction, calibrated as the planner uses it
-   and uncalibrated (`prediction_max_error`, `uncalibrated_max_error`: the largest
-   |predicted / measured - 1|; issue 15's bound is 15%). --repeats rounds run on the same testbed and
-   each layout's ratios are the medians over them (`*_by_round`: each round's; `repeat_max_errors`:
-   each round's largest error), since this machine's speed drifts over minutes.
-Prints one JSON object. (Peak memory of a split against one device is bench/edgemesh_claims.py's.)
+A round (`profile_and_measure`) on the emulated cluster, its memory limits off (each device alone
+is measured, whatever it may hold): profiles every worker, plans one group as the plain layout it
+measures, without a ps, and measures the planned layout, the even split over every worker and over
+the three fastest (`even:3`) and each worker alone (the all-replicated alternative's groups) side
+by side: median step time against the cost model's prediction, calibrated as the planner uses it
+and uncalibrated (`prediction_max_error`, `uncalibrated_max_error`: the largest
+|predicted / measured - 1|; issue 15's bound is 15%). --repeats rounds run on the same testbed and
+each layout's ratios are the medians over them (`*_by_round`: each round's; `repeat_max_errors`:
+each round's largest error), since this machine's speed drifts over minutes.
+Prints one JSON object. (Peak memory of a split against one device is bench/edgemesh_claims.py's; the
+planning time on large clusters is bench/planning_time.py's.)
 """
 import argparse
 import json
-import random
 import statistics
 import time
 
@@ -27,31 +24,7 @@ from edgemesh_tf.data import IMAGE_SHAPES
 from edgemesh_tf.mesh import even_split_layout, single_device_layout, tf
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import calibrated, model_stats, plan, predict, slowness, steps_to_time
-from edgemesh_tf.profiling import (DeviceProfile, LayerTiming, LayoutRunner, Profile, budgets, measure_side_by_side,
-                                   profile_workers)
-
-
-def planning_scale(sizes=(16, 64, 256), seed=0):
-    """Seconds to plan vgg (32x32x3, batch 32) on n synthetic devices; layer ms = 3 x forward FLOPs / speed."""
-    spec = get_model("vgg", (32, 32, 3), 10)
-    stats = model_stats(spec, 32)
-    out = {}
-    for n in sizes:
-        rng = random.Random(seed)
-        devs = []
-        for i in range(n):
-            gflops = rng.choice([1, 2, 4, 8])
-            layers = tuple(LayerTiming(d.name, 3 * d.flops * 32 / (gflops * 1e6)) for d in stats.dims)
-            devs.append(DeviceProfile("edge%d" % i, "/job:worker/task:%d/device:CPU:0" % i, layers,
-                                      rng.choice([256, 512, 1024]) << 20, float(rng.choice([10, 50, 100, 1000])),
-                                      float(rng.choice([1, 2, 5, 10])), 1.0))
-        t0 = time.perf_counter()
-        result = plan(Profile(spec.name, 32, spec.image_shape, 10, tuple(devs)), spec)
-        out[str(n)] = {"seconds": round(time.perf_counter() - t0, 2), "kind": result.kind,
-                       "groups": [len(g.names) for g in result.groups], "idle": len(result.idle),
-                       "effective_examples_per_sec": round(result.examples_per_sec, 1),
-                       "alternatives": {k: round(v, 1) for k, v in result.alternatives}}
-    return out
+from edgemesh_tf.profiling import LayoutRunner, budgets, measure_side_by_side, profile_workers
 
 
 def profile_and_measure(em, cluster, spec, args) -> dict:
@@ -149,19 +122,13 @@ def main():
     ap.add_argument("--repeats", type=int, default=3, help="rounds of profiling, planning and measuring")
     ap.add_argument("--round_timeout", type=float, default=1800.0,
                     help="seconds a round may take before the benchmark fails naming it")
-    ap.add_argument("--planning_only", action="store_true", help="only the planning time at scale (no testbed)")
     args = ap.parse_args()
     if args.repeats < 1 or args.steps < 1:
         ap.error("--repeats and --steps must be at least 1, got %d and %d" % (args.repeats, args.steps))
     t_start = time.time()
-    scale = planning_scale()
-    if args.planning_only:
-        print(json.dumps({"planning_s": scale, "planning_256_under_5s": scale["256"]["seconds"] < 5.0}))
-        return
     spec = get_model(args.model, IMAGE_SHAPES[args.dataset], 10)
     cluster = load_cluster(args.cluster)
-    out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch,
-           "planning_s": scale, "planning_256_under_5s": scale["256"]["seconds"] < 5.0}
+    out = {"cluster": args.cluster, "model": args.model, "dataset": args.dataset, "batch": args.batch}
 
     # memory limits off: the layouts measured here include each device alone, which the weakest devices
     # of a tight cluster cannot hold

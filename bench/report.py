@@ -14,7 +14,8 @@ import os
 from bench.report_claims import claims_section
 from bench.report_common import fmt, table
 from bench.report_sections import (emulation_section, faults_section, final_section, job_prediction_section,
-                                   own_model_section, planner_section, setup_section, uneven_section)
+                                   own_model_section, planner_section, planning_time_section, setup_section,
+                                   uneven_section)
 from bench.report_tta import tta_section, tta_variants_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,7 +28,7 @@ SECTIONS = {  # every benchmark's section, in the report's order
                                      where=" of VGG-16 on the Pi-class cluster (`make bench-pi4`)"),
     "planner_wifi": functools.partial(planner_section, name="planner_wifi",
                                       where=" on a shared Wi-Fi channel (`make bench-wifi`)"),
-    "job_prediction": job_prediction_section,
+    "job_prediction": job_prediction_section, "planning_time": planning_time_section,
     "emulation": emulation_section, "emulation_pi4": functools.partial(emulation_section, name="emulation_pi4"),
     "uneven_split": uneven_section, "faults": faults_section, "own_model": own_model_section,
     "setup_time": setup_section}

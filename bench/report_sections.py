@@ -183,6 +183,21 @@ def final_section(res, text, out_dir):
     return figure(fig, out_dir, text, "final_accuracy")
 
 
+@section("## Planning time on large clusters (`planning_time`)")
+def planning_time_section(res, text, out_dir):
+    text.append(f"`{res['model']}` (32x32x3, batch 32) planned on synthetic clusters, no testbed: every link at one "
+                "speed, device speeds on four levels from the slowest to the spread times it, memory and latency "
+                "drawn per device; seconds of `planner.plan` on this machine.\n")
+    text.append(table(["Devices", "Link Mbit/s", "Speed spread", "Seconds", "Plan", "Groups (sizes)", "Idle",
+                       "Examples/s"],
+                      [[r["devices"], fmt(r["link_mbit"], 0), fmt(r["spread"], 0), fmt(r["seconds"], 2), r["kind"],
+                        f"{r['groups']} ({', '.join(map(str, r['group_sizes']))})", r["idle"],
+                        fmt(r["examples_per_sec"], 1)] for r in res["regimes"]]) + "\n")
+    text.append(f"Slowest: {fmt(res['max_seconds'], 1)} s (issue 41: every regime within {fmt(res['bound_s'], 0)} s): "
+                + ("pass" if res["within_bound"] else f"**not met** in {res['over_bound']} of {len(res['regimes'])} "
+                   "regimes") + ".\n")
+
+
 @section("## The job's cost model against the main job, per phase (`job_prediction`)")
 def job_prediction_section(res, text, out_dir):
     text.append(f"`{res['model']}` on {res['dataset']}: the main job (`edgemesh run`, the cached profile, the plan "

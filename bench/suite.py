@@ -57,6 +57,8 @@ BENCHES = (
     # the cost model on lan4 (issue 15: within 15%)
     Bench("planner", "planner", LAN4 + ("--dataset", "cifar10", "--batch", "32", "--steps", "8", "--repeats", "2"),
           LAN4 + ("--steps", "3", "--repeats", "1"), 1200),  # quick: the small digits input
+    # seconds to plan 256 and 1,024 synthetic devices over a grid of link speeds and speed spreads (issue 41)
+    Bench("planning_time", "planning_time", (), ("--sizes", "64", "--links", "100,1000", "--spreads", "1,8"), 1800),
     # the job's cost model per phase against the main job (issue 45), every strategy, one and two groups, two clusters
     Bench("job_prediction", "job_prediction", ("--budget_s", "30"),
           ("--clusters", "layouts/pi4.yaml", "--strategies", "ashl,bsp", "--budget_s", "15"), 3000),

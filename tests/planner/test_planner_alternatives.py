@@ -151,7 +151,7 @@ def test_within_two_percent_of_brute_force(seed, k, n_layers, tight):
 
 
 def test_256_devices_plan_to_a_grid_that_uses_each_device_once():
-    """The planning time at this scale is bench/planner.py's (`planning_256_under_5s`), not a test's."""
+    """The planning time at this scale is bench/planning_time.py's, not a test's."""
     result, _, devs = plan_random_cluster(get_model("vgg", (32, 32, 3), 10), 256)
     used = [n for g in result.groups for n in g.names]
     assert len(used) == len(set(used)) and len(used) + len(result.idle) == 256

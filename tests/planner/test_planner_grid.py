@@ -1,4 +1,4 @@
-"""The adaptive grid: capability-balanced groups and throughput scoring (planning time: bench/planner.py)."""
+"""The adaptive grid: capability-balanced groups and throughput scoring (planning time: bench/planning_time.py)."""
 import dataclasses
 
 import pytest
@@ -12,7 +12,7 @@ VGG32 = get_model("vgg", (32, 32, 3), 10)
 
 
 def test_sixteen_devices_vgg_plan_to_valid_layouts_that_beat_every_candidate():
-    """The planning time is bench/planner.py's (planning_s for 16, 64 and 256 devices), not a test's."""
+    """The planning time is bench/planning_time.py's (256 and 1,024 devices over a grid of regimes), not a test's."""
     result, _, devs = plan_random_cluster(VGG32, 16)
     used = [n for g in result.groups for n in g.names]
     assert len(used) == len(set(used)) and sorted(used + list(result.idle)) == sorted(d.name for d in devs)
