@@ -66,7 +66,6 @@ class _Search:
         names = [d.name for d in stats.dims]
         self._one = lambda sh: simulate_step_ms(group, stats, dict(zip(names, sh)), profile_batch, coeffs)
         self._batch = not any(d.medium for d in group)  # simulate_steps_ms: groups on their own links
-        self._terms: dict = {}  # simulate_steps_ms's per-layer terms, kept across batches
         self.cache: dict[tuple, float] = {}
 
     def cost(self, sh) -> float:
@@ -79,8 +78,7 @@ class _Search:
         keys = [tuple(sh) for sh in trials]
         new = list(dict.fromkeys(key for key in keys if key not in self.cache))
         if len(new) > 1 and self._batch:
-            self.cache.update(zip(new, simulate_steps_ms(self.group, self.stats, new, self.coeffs,
-                                                         self._terms).tolist()))
+            self.cache.update(zip(new, simulate_steps_ms(self.group, self.stats, new, self.coeffs).tolist()))
         else:
             self.cache.update((key, self._one(key)) for key in new)
         return [self.cache[key] for key in keys]

@@ -82,44 +82,39 @@ def simulate_step_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignme
 
 
 def simulate_steps_ms(group: Sequence[DeviceProfile], stats: ModelStats, divisions: Sequence[Sequence[Shares]],
-                      coeffs: Sequence[LayerCoeffs], terms: dict | None = None) -> np.ndarray:
+                      coeffs: Sequence[LayerCoeffs]) -> np.ndarray:
     """``simulate_step_ms`` of each of ``divisions`` (shares per dim of ``stats``, in order) on
     ``group`` (k >= 2, no device on a shared medium), as one array of M values, bit for bit the
     same: the same float operations, in the same order, on (M, k) arrays. The planner's search
     simulates every neighbour of its current division at once this way.
-
-    terms: a dict the caller keeps for one group's ``coeffs``: each layer's terms by the layer's and
-    the previous layer's shares (neighbours share most of them).
     """
     k, m = len(group), len(divisions)
     if k < 2 or any(d.medium for d in group):
         raise ValueError("simulate_steps_ms simulates groups of 2 or more devices on their own links, got %d "
                          "devices, media %s" % (k, sorted({d.medium for d in group})))
-    terms = {} if terms is None else terms
     lat = np.array([d.latency_ms for d in group])
     t = np.tile(np.array(_start_ms(group, stats)), (m, 1))
     backward = []  # per layer: (M, k) backward compute ms, (M,) the collective's ms (0: none)
-    previous = [None] * m
-    for index, (dim, co) in enumerate(zip(stats.dims, coeffs)):
-        shares = [d[index] for d in divisions]
-        rows, found = [], {}
-        for s, p in zip(shares, previous):
-            key = (s, p if s else None)
-            row = found.get(key)
-            if row is None:
-                row = found[key] = len(found)
-                if (index,) + key not in terms:
-                    terms[(index,) + key] = _layer_terms(co, s, p, coeffs[index - 1].units if index else 0)
-            rows.append(row)
-        table = [terms[(index,) + key] for key in found]
-        rows = np.array(rows)
-        fwd = np.array([f for f, _, _ in table])[rows]
-        backward.append((np.array([b for _, b, _ in table])[rows], np.array([r for _, _, r in table])[rows]))
+    zero = (0,) * k
+    previous, previous_split, previous_units = np.zeros((m, k), dtype=np.int64), np.zeros(m, dtype=bool), 0
+    for index, co in enumerate(coeffs):
+        column = [d[index] for d in divisions]
+        split = np.array([bool(x) for x in column])
+        s = np.array([x or zero for x in column], dtype=np.int64)
+        units, full = co.units, np.array(co.full_ms)
+        # _layer_terms, per division: compute, forward and backward ms, the backward collective's ms
+        compute = np.where(split[:, None], full * s / units, full)
+        fwd, back = FORWARD_FRACTION * compute, BACKWARD_FRACTION * compute
+        if any(co.in_ms):  # reduce_scatter_ms to the previous layer's shares (no medium: its term is 0.0)
+            whole = np.array(co.in_ms)
+            links = (whole * np.maximum(previous_units - previous, (k - 1) * previous) / max(previous_units, 1)).max(1)
+            scatter = co.hop_ms + np.maximum(links, 0.0)
+        else:
+            scatter = np.full(m, co.reduce_ms)
+        reduce_ms = np.where(split, np.where(previous_split, scatter, co.allreduce_ms), 0.0)
+        backward.append((back, reduce_ms))
         done = t + fwd
-        split = np.array([bool(s) for s in shares])
         if split.any():
-            units = co.units
-            s = np.array([x if x else (0,) * k for x in shares])
             rpu, o = np.array(co.recv_ms_per_unit), np.array(co.split_ms)
             sent = _latest_others(done + (k - 1) * rpu * s + lat)
             arrive = _latest_others(done + lat)
@@ -129,7 +124,7 @@ def simulate_steps_ms(group: Sequence[DeviceProfile], stats: ModelStats, divisio
             t = np.where(split[:, None], gathered, done)
         else:
             t = done
-        previous = shares
+        previous, previous_split, previous_units = s, split, units
     for back, reduce_ms in reversed(backward):
         t = t + back
         t = np.where((reduce_ms > 0)[:, None], t.max(axis=1, keepdims=True) + reduce_ms[:, None], t)
