@@ -32,6 +32,7 @@ predicted slower than its fastest device alone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import math
 from typing import Callable, Sequence
@@ -74,6 +75,13 @@ def quantum(units: int, k: int, chunks: int | None = None) -> int | None:
 def solve_layer(co: LayerCoeffs, q: int, caps: Sequence[int]) -> tuple[int, ...] | None:
     """The shares (units) of one dim minimising ``co.layer_ms`` with n_i <= caps[i] quanta; None if
     the caps cannot hold all the quanta. Exact (see the module docstring)."""
+    return _solve_layer(co, q, tuple(caps))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _solve_layer(co: LayerCoeffs, q: int, caps: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``solve_layer``, kept by its arguments: a pure function, and the grid's search asks it the same
+    layer of the same devices again and again (each subset size, each memory cut, each polish)."""
     k, n_q = len(caps), co.units // q
     if k < 2 or sum(caps) < n_q or min(caps) < 1:
         return None
