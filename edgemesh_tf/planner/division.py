@@ -319,7 +319,8 @@ def _divide(group: Sequence[DeviceProfile], stats: ModelStats, chunks, profile_b
         shares = polish_shares(group, stats, coeffs, quanta, [shares] + [packed] * (packed is not None), pb,
                                lambda l: solve_layer(coeffs[l], quanta[l], caps[l]) if quanta[l] else None)
     assignment = tuple((d.name, s) for d, s in zip(stats.dims, shares))
-    pred = predict(group, stats, dict(assignment), profile_batch=pb, ps_bandwidth_mbit=ps_bandwidth_mbit)
+    pred = predict(group, stats, dict(assignment), profile_batch=pb, ps_bandwidth_mbit=ps_bandwidth_mbit,
+                   coeffs=coeffs)
     return Division(tuple(d.name for d in group), tuple(d.device for d in group), assignment, pred)
 
 

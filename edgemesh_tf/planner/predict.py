@@ -22,10 +22,12 @@ def _check_shares(dim: DimStats, shares: cost.Shares, k: int) -> None:
 
 
 def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, cost.Shares],
-            *, profile_batch: int | None = None, ps_bandwidth_mbit: float = math.inf) -> cost.GroupPrediction:
+            *, profile_batch: int | None = None, ps_bandwidth_mbit: float = math.inf,
+            coeffs: Sequence[cost.LayerCoeffs] | None = None) -> cost.GroupPrediction:
     """Predicts one step of ``group`` under ``assignment`` {dim: shares or None}; absent dims are replicated.
 
     profile_batch: the batch the layer timings were measured at (default: ``stats.batch``).
+    coeffs: ``cost.layer_coeffs`` of every dim on ``group`` at that batch, when the caller has them.
     """
     cost.check_group(group)
     known = {d.name for d in stats.dims}
@@ -35,12 +37,12 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
                          % (sorted(unknown), [d.name for d in stats.dims]))
     k = len(group)
     compute, comm, memory = [0.0] * k, [0.0] * k, cost.fixed_memory_bytes(stats, k)
-    layers, coeffs, previous = [], [], (None, 0)
-    for dim in stats.dims:
+    if coeffs is None:
+        coeffs = [cost.layer_coeffs(group, dim, stats.batch, profile_batch or stats.batch) for dim in stats.dims]
+    layers, previous = [], (None, 0)
+    for dim, co in zip(stats.dims, coeffs):
         shares = assignment.get(dim.name)
         _check_shares(dim, shares, k)
-        co = cost.layer_coeffs(group, dim, stats.batch, profile_batch or stats.batch)
-        coeffs.append(co)
         held = shares or (dim.units,) * k
         gather = co.gather_ms(shares)
         reduce_ms = co.reduce_scatter_ms(*previous) if shares is not None and k > 1 else 0.0
