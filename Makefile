@@ -38,8 +38,8 @@ test: install browser
 test-fast: install
 	$(BIN)/python -m pytest -q -n 2 -m "not emulator and not browser and not subprocess and not slow" tests
 
-# Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; ~92 min (time_to_accuracy ~36, job_prediction ~20,
-# edgemesh_claims ~19.5, faults ~8.2).
+# Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; ~94 min (time_to_accuracy ~36, job_prediction ~20,
+# edgemesh_claims ~19.5, faults ~8.2, planning_time ~2).
 # QUICK=1: a 9 min smoke run of the same pipeline into bench/quick/ (not evidence).
 # The emulated benchmarks need root (network namespaces, cgroups).
 bench: install
