@@ -100,9 +100,10 @@ class _Search:
             return True
         room = list(room)
         for l in changed:
-            co, old, new = coeffs[l], base[l], trial[l]
+            co = coeffs[l]
+            old, new = base[l] or (co.units,) * self.k, trial[l] or (co.units,) * self.k
             for i in range(self.k):
-                room[i] -= co.mem_per_unit * ((co.units if new is None else new[i]) - (co.units if old is None else old[i]))
+                room[i] -= co.mem_per_unit * (new[i] - old[i])
         return min(room) >= 0
 
     def repair(self, sh, fixed: Sequence[int]):
