@@ -86,3 +86,23 @@ def test_the_search_asks_the_exact_layer_solve_once_per_layer():
     replicated = [None] * len(STATS.dims)
     polish(search.group, STATS, search.coeffs, search.quanta, [replicated], STATS.batch, split, max_evaluations=400)
     assert asked and len(asked) == len(set(asked)), asked  # every descent pass asked again before (23 s of a plan)
+
+
+def test_a_trial_s_fit_by_its_changed_layers_is_its_fit_by_every_layer():
+    """fits_changed (the bytes of the moved layers swapped, or none counted when they cannot outgrow the
+    tightest room) answers as fits does, for every single and chain move of fitting and tight starts."""
+    answers = set()
+    for seed in range(12):
+        rng = random.Random(seed)
+        search = _search([1 << 20] * rng.choice([3, 4]))
+        base, _ = _random_start(rng, search)
+        largest = max(co.mem_per_unit * co.units for co in search.coeffs)
+        # each budget the base's bytes plus up to one layer's whole bytes: some moves fit, some do not
+        search.budget = [m + int(rng.random() ** 2 * largest) for m in search.memory(base)]
+        room = [b - m for b, m in zip(search.budget, search.memory(base))]
+        for moves in (search.single_moves, search.chain_moves):
+            for changed, trial in moves(base):
+                fits = search.fits(trial)
+                assert search.fits_changed(base, (room, min(room)), trial, changed) == fits, (seed, changed)
+                answers.add(fits)
+    assert answers == {True, False}  # both answers are given: the draws reach tight budgets and loose ones
