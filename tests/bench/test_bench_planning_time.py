@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from bench_modules import load
 
 from edgemesh_tf.models import get_model
@@ -30,6 +31,7 @@ def test_a_regime_s_devices_share_the_link_and_span_the_speed_spread():
     assert len({d.layers for d in alike.devices}) == 1
 
 
+@pytest.mark.subprocess
 def test_the_benchmark_plans_every_regime_and_the_report_shows_each(tmp_path):
     done = _run("--sizes", "6", "--links", "10,1000", "--spreads", "1,8")
     assert done.returncode == 0, done.stderr
@@ -45,6 +47,7 @@ def test_the_benchmark_plans_every_regime_and_the_report_shows_each(tmp_path):
     assert "**not met** in 1 of 4 regimes" in text and "Slowest: 12.5 s" in text
 
 
+@pytest.mark.subprocess
 def test_bad_input_names_the_option():
     done = _run("--spreads", "0.5")
     assert done.returncode != 0 and "--spreads [0.5]" in done.stderr
