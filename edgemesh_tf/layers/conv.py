@@ -15,8 +15,19 @@ def _geometry(layer, in_shape, what):
     if (sh, sw) != (1, 1) and (dh, dw) != (1, 1):
         raise ValueError("strides %s with dilation %s: TensorFlow's CPU convolution takes one or the other"
                          % ((sh, sw), (dh, dw)))
+    if what == "depthwise_conv2d" and sh != sw:
+        raise ValueError("strides %s: TensorFlow's depthwise convolution takes the same stride in rows and "
+                         "columns" % ((sh, sw),))
     oh, ow = window_out(h, kh, sh, pad, dh), window_out(w, kw, sw, pad, dw)
     return (h, w, c), (kh, kw), [1, sh, sw, 1], [1, dh, dw, 1], pad, (oh, ow)
+
+
+def _conv2d(tf, x, kernel, strides, pad, dilations):
+    """``tf.nn.conv2d``; a dilated one through ``tf.nn.convolution`` (space to batch), since the CPU
+    kernel of the conv2d op's input gradient refuses any dilation above 1 (TF 2.21) and that one does not."""
+    if dilations == [1, 1, 1, 1]:
+        return tf.nn.conv2d(x, kernel, strides, pad)
+    return tf.nn.convolution(x, kernel, strides=strides[1:3], padding=pad, dilations=dilations[1:3])
 
 
 class Conv2D(LayerKind):
@@ -42,7 +53,7 @@ class Conv2D(LayerKind):
 
     def tf_forward(self, tf, layer, xs, w, ctx):
         _, _, strides, dilations, pad, _ = _geometry(layer, xs[0].shape.as_list()[1:], "conv2d")
-        y = tf.nn.conv2d(xs[0], w["kernel"], strides, pad, dilations=dilations)
+        y = _conv2d(tf, xs[0], w["kernel"], strides, pad, dilations)
         if "bias" in w:
             y = y + w["bias"]
         return elementwise.apply_tf(tf, layer.get("activation"), y)
@@ -58,7 +69,7 @@ class Conv2D(LayerKind):
                                                           x.shape.dims[-1], out_dim])
         tf = ctx.tf
         shape = x.shape.dims[:-3] + [mtf.Dimension("h", oh), mtf.Dimension("w", ow), out_dim]
-        y = ctx.slice_op(lambda t, k: tf.nn.conv2d(t, k, strides, pad, dilations=dilations),
+        y = ctx.slice_op(lambda t, k: _conv2d(tf, t, k, strides, pad, dilations),
                          [x, kernel], shape, layer.name)
         if "bias" in weights:
             y = y + ctx.variable(layer, weights["bias"], [out_dim])
@@ -71,7 +82,7 @@ def _depthwise(tf, x, kernel, strides, pad, dilations):
     depthwise kernel aborts there ("could not create a primitive descriptor for the reorder
     primitive") on a 1x1 kernel when x comes from another oneDNN op (TF 2.21)."""
     if x.shape[-1] == 1:
-        return tf.nn.conv2d(x, kernel[..., None], strides, pad, dilations=dilations)
+        return _conv2d(tf, x, kernel[..., None], strides, pad, dilations)
     return tf.nn.depthwise_conv2d(x, kernel[..., None], strides, pad, dilations=dilations[1:3])
 
 

@@ -57,6 +57,9 @@ def test_strides_with_dilation():
         _model(lambda x: L.flatten(L.conv2d(x, "conv", 4, strides=2, dilation=2)))
     with pytest.raises(ValueError, match=r"layer 'dw' \(depthwise_conv2d\): strides \(1, 2\) with dilation"):
         _model(lambda x: L.flatten(L.depthwise_conv2d(x, strides=(1, 2), dilation=(2, 1), name="dw")))
+    with pytest.raises(ValueError, match=r"layer 'dw' \(depthwise_conv2d\): strides \(1, 2\): TensorFlow's depthwise "
+                       r"convolution takes the same stride in rows and columns"):
+        _model(lambda x: L.flatten(L.depthwise_conv2d(x, strides=(1, 2), name="dw")))
 
 
 def test_a_model_function_that_does_not_return_its_last_layer():

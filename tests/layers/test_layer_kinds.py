@@ -71,10 +71,11 @@ def image_for(draw, window=1, dilation=1, padding="same", channels=(1, 3), slack
 
 
 @st.composite
-def window_args(draw, kernel=(1, 5), strides=(1, 2), dilation=(1, 2)):
-    """kernel, strides, dilation, padding of a conv: never strides > 1 with dilation > 1."""
+def window_args(draw, kernel=(1, 5), strides=(1, 2), dilation=(1, 2), square_strides=False):
+    """kernel, strides, dilation, padding of a conv: never strides > 1 with dilation > 1; with
+    ``square_strides`` the same stride in rows and columns (TF's depthwise convolution)."""
     k = draw(int_or_pair(*kernel))
-    s = draw(int_or_pair(*strides))
+    s = draw(st.integers(*strides) if square_strides else int_or_pair(*strides))
     d = 1 if _pair(s) != (1, 1) else draw(int_or_pair(*dilation))
     return dict(kernel=k, strides=s, dilation=d, padding=draw(st.sampled_from(["same", "valid"])))
 
@@ -173,7 +174,7 @@ def test_conv2d(case):
 
 @st.composite
 def depthwise_cases(draw):
-    w = draw(window_args())
+    w = draw(window_args(square_strides=True))
     f, act, bias = draw(FILTERS), draw(ACT), draw(st.booleans())
 
     def body(x):
