@@ -165,9 +165,16 @@ def conv_cases(draw):
     return spec, {"conv0": draw(uneven(f0)), "conv": draw(uneven(f))}, draw(BATCH)
 
 
+DILATED = (L.build_model(with_logits(lambda x: L.flatten(L.conv2d(L.conv2d(x, "conv0", 4, kernel=1), "conv", 4,
+                                                                  kernel=2, dilation=2))), (2, 2, 1), 3),
+           {"conv0": (1, 1, 2), "conv": (1, 1, 2)}, 2)
+"""The CPU kernel of the conv2d op's input gradient refused any dilation above 1 (conv.py's _conv2d)."""
+
+
 @SLOW
 @examples(4)
 @given(conv_cases())
+@example(DILATED)
 def test_conv2d(case):
     check(*case)
 
