@@ -2,6 +2,7 @@
 
     .venv/bin/python examples/inspect_plan.py                     # profiles the emulated pi4 cluster (root; ~1.5 min)
     .venv/bin/python examples/inspect_plan.py RUN/profile.json    # plans a saved profile (`edgemesh run` writes one)
+    .venv/bin/python examples/inspect_plan.py RUN/profile.json 1  # ... with that many groups
 
 The planner gives each device of a group a share of every split dim (conv2d filters, dense units)
 about in proportion to its speed on that layer, within its memory budget, and splits a layer only
@@ -23,7 +24,7 @@ else:
         profile = em.profile(cluster, spec, batch=32)
     save_profile(profile, "/tmp/my_cnn.profile.json")
     print("profile saved to /tmp/my_cnn.profile.json (pass it to skip profiling)")
-plan = em.plan(profile, spec)
+plan = em.plan(profile, spec, groups=int(sys.argv[2]) if len(sys.argv) > 2 else None)
 # the planner scales each device's profiled layer times so they add up to its measured whole step
 scales, used = compute_scales(profile, spec), {d.name: d for d in calibrated(profile, spec).devices}
 

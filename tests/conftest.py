@@ -61,16 +61,17 @@ def main_job(tmp_path_factory):
     """One `edgemesh run` on the default cluster (layouts/pi4.yaml, where the planner splits layers)
     with the README's own model file, to 0.9: (logdir, the finished process). The main job's tests (tests/cli/test_run_main_job.py) and the
     examples' (tests/examples/test_examples.py) read the same run: its set-up is most of a minute.
-    Its honest plan is one group (this small model splits well over pi4's 1 Gbit/s links: predicted
-    ~235-243 examples/s for one group against ~190-207 for two, on two profiles), which trains alone,
-    without ASHL's phases (engine/core/rules.py); the ASHL job of several groups is edge2's
+    It plans one group (``--groups 1``), which trains alone, without ASHL's phases
+    (engine/core/rules.py): the honest plan depends on the profile (one group on the profiles of
+    2026-12-02; two on 2026-12-07, when this machine's servers had leaner idle memory and slower
+    steps), and these tests read a one-group job. The ASHL job of several groups is edge2's
     (tests/engine/test_engine_resume.py)."""
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     logdir = str(tmp_path_factory.mktemp("main_job") / "run")
     out = subprocess.run([sys.executable, "-m", "edgemesh_tf.cli.main", "run", "--model", "examples/my_cnn.py",
-                          "--logdir", logdir, "--time_budget_s", "120", "--target_accuracy", "0.9",
+                          "--logdir", logdir, "--groups", "1", "--time_budget_s", "120", "--target_accuracy", "0.9",
                           "--eval_interval_s", "0.5"],
                          cwd=root, capture_output=True, text=True, timeout=900)
     return logdir, out

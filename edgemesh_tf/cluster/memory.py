@@ -14,7 +14,7 @@ group later brings no charges along (moving charges, `memory.move_charge_at_immi
 deprecated and refused with EINVAL by this kernel). So the idle server's memory stays charged to
 the parent group and the device's group counts only what the server allocates from then on, which
 is exactly "memory above idle": `memory.limit_in_bytes = memory.usage_in_bytes at join (~0) +
-memory_mib MiB`. The idle server's resident memory (VmRSS) is measured and recorded next to the
+memory_mib MiB`, plus what the idle server is below ``IDLE_REFERENCE_MIB``. The idle server's resident memory (VmRSS) is measured and recorded next to the
 limit (`MemoryLimit.idle_rss_mib`): idle_rss_mib + memory_mib is the device's RSS ceiling.
 Approximations: idle pages the server frees and allocates again after joining count against the
 budget (slightly stricter); code pages of TF kernels first run on the device count too (they are
@@ -29,6 +29,11 @@ from absl import logging
 from edgemesh_tf.cluster import cgroup, procs
 
 MIB = 1 << 20
+IDLE_REFERENCE_MIB = 500.0
+"""The idle server the memory model was fitted against (docs/DESIGN.md: 500-625 MiB). A server that joins
+leaner (TF 2.21 with today's packages: ~362 MiB) allocates the model's tensors in fresh pages, charged to
+its group, where a fuller idle server reused pages it already held, charged to the parent: its limit gets
+the difference, so that a budget buys the same model on either."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,9 +49,12 @@ class MemoryLimit:
     cgroup: str
 
     def describe(self) -> str:
+        lean = self.limit_mib - self.charged_at_join_mib - self.budget_mib
         return ("memory budget %d MiB above its idle server (idle RSS %.0f MiB; cgroup limit %.1f MiB = %.1f "
-                "charged at join + budget)" % (self.budget_mib, self.idle_rss_mib, self.limit_mib,
-                                               self.charged_at_join_mib))
+                "charged at join + budget%s)" % (self.budget_mib, self.idle_rss_mib, self.limit_mib,
+                                                 self.charged_at_join_mib,
+                                                 " + %.0f below the %.0f MiB reference idle server" % (
+                                                     lean, IDLE_REFERENCE_MIB) if lean >= 0.5 else ""))
 
 
 def group_name(run_id: str, device: str) -> str:
@@ -59,7 +67,7 @@ def limit(group: cgroup.MemoryGroup, pid: int, budget_mib: int) -> MemoryLimit:
     idle = procs.read_vm_kb(pid, "VmRSS") / 1024  # MiB, 0 if it is gone
     group.add(pid)
     charged = group.read("memory.usage_in_bytes")
-    group.set_limit(charged + budget_mib * MIB)
+    group.set_limit(charged + int((budget_mib + max(0.0, IDLE_REFERENCE_MIB - idle)) * MIB))
     got = group.read("memory.limit_in_bytes")
     lim = MemoryLimit(budget_mib=budget_mib, idle_rss_mib=round(idle, 1), charged_at_join_mib=round(charged / MIB, 2),
                       limit_mib=round(got / MIB, 2), cgroup=group.path)
