@@ -14,8 +14,9 @@ group later brings no charges along (moving charges, `memory.move_charge_at_immi
 deprecated and refused with EINVAL by this kernel). So the idle server's memory stays charged to
 the parent group and the device's group counts only what the server allocates from then on, which
 is exactly "memory above idle": `memory.limit_in_bytes = memory.usage_in_bytes at join (~0) +
-memory_mib MiB`, plus what the idle server is below ``IDLE_REFERENCE_MIB``. The idle server's resident memory (VmRSS) is measured and recorded next to the
-limit (`MemoryLimit.idle_rss_mib`): max(idle_rss_mib, IDLE_REFERENCE_MIB) + memory_mib is the device's RSS ceiling.
+memory_mib MiB`, plus what the idle server is below ``IDLE_REFERENCE_MIB``. The idle server's
+resident memory (VmRSS) is measured and recorded next to the limit (`MemoryLimit.idle_rss_mib`):
+max(idle_rss_mib, IDLE_REFERENCE_MIB) + memory_mib is the device's RSS ceiling.
 Approximations: idle pages the server frees and allocates again after joining count against the
 budget (slightly stricter); code pages of TF kernels first run on the device count too (they are
 file pages the kernel reclaims before it OOM-kills).
