@@ -62,10 +62,9 @@ def main_job(tmp_path_factory):
     with the README's own model file, to 0.9: (logdir, the finished process). The main job's tests (tests/cli/test_run_main_job.py) and the
     examples' (tests/examples/test_examples.py) read the same run: its set-up is most of a minute.
     It plans one group (``--groups 1``), which trains alone, without ASHL's phases
-    (engine/core/rules.py): the honest plan depends on the profile (one group on the profiles of
-    2026-12-02; two on 2026-12-07, when this machine's servers had leaner idle memory and slower
-    steps), and these tests read a one-group job. The ASHL job of several groups is edge2's
-    (tests/engine/test_engine_resume.py)."""
+    (engine/core/rules.py): the honest plan depends on the profile (docs/DESIGN.md, "Memory limits when
+    the idle server is leaner"), and these tests read a one-group job. The ASHL job of several groups
+    is edge2's (tests/engine/test_engine_resume.py)."""
     import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -31,10 +31,10 @@ from edgemesh_tf.cluster import cgroup, procs
 
 MIB = 1 << 20
 IDLE_REFERENCE_MIB = 500.0
-"""The idle server the memory model was fitted against (docs/DESIGN.md: 500-625 MiB). A server that joins
-leaner (TF 2.21 with today's packages: ~362 MiB) allocates the model's tensors in fresh pages, charged to
-its group, where a fuller idle server reused pages it already held, charged to the parent: its limit gets
-the difference, so that a budget buys the same model on either."""
+"""The idle server the memory model was fitted against (MiB; docs/DESIGN.md). A server that joins leaner
+allocates the model's tensors in fresh pages, charged to its group, where a fuller idle server reused
+pages it already held, charged to the parent: its limit gets the difference, so that a budget buys the
+same model on either."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 from edgemesh_tf.mesh.layout import even_split
 from edgemesh_tf.planner.cost import LayerCoeffs, Shares, fixed_memory_bytes
 from edgemesh_tf.planner.model_stats import ModelStats
+from edgemesh_tf.planner.simulate import simulate_step_ms, simulate_steps_ms
 from edgemesh_tf.profiling.types import DeviceProfile
 
 MAX_EVALUATIONS = 4000
@@ -54,8 +55,6 @@ class _Search:
     """One group's local search state: the cost of a share list (cached) and memory repair."""
 
     def __init__(self, group, stats, coeffs, quanta, profile_batch, split: Callable[[int], Shares]):
-        from edgemesh_tf.planner.simulate import simulate_step_ms
-
         self.group, self.stats, self.coeffs, self.quanta = group, stats, coeffs, quanta
         # the exact layer solve is a pure function of the layer (its caps are fixed by then), and every
         # pass over the single moves asks it of every replicated layer again
@@ -73,8 +72,6 @@ class _Search:
 
     def costs(self, trials) -> list[float]:
         """The simulated step ms of each of ``trials``: the ones not simulated before at once."""
-        from edgemesh_tf.planner.simulate import simulate_steps_ms
-
         keys = [tuple(sh) for sh in trials]
         new = list(dict.fromkeys(key for key in keys if key not in self.cache))
         if len(new) > 1 and self._batch:

@@ -3,8 +3,8 @@
 A group's division (``division.divide``) depends on its devices' measured figures and their ring
 order, never on their names: two groups whose i-th devices have the same layer times, memory, link
 and medium get the same shares and the same prediction. A large cluster of a few device kinds deals
-many such groups (1,024 devices of four speeds make dozens of alike groups), so the planner divides
-each kind of group once and relabels the result for the others. Errors are not shared: a PlanError
+many such groups, so the planner divides each kind of group once and relabels the result for the
+others. Errors are not shared: a PlanError
 names the device that does not fit.
 """
 from __future__ import annotations
