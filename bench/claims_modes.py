@@ -66,11 +66,6 @@ def commits(mode, plans) -> bool:
     return mode == "hybrid" and len(plans["hybrid"].groups) > 1
 
 
-def mode_commits(mode, plans, ps_device: str, every: int):
-    """(ps device, H) when ``mode``'s replicas commit to the ps every H local iterations, else None."""
-    return (ps_device, every) if commits(mode, plans) else None
-
-
 def per_iteration_ms(pred, commit_every: int | None) -> float:
     """A group's predicted ms per local iteration: its step, plus its ps push and pull over the
     iterations between commits when it commits (None: it does not)."""
@@ -85,9 +80,10 @@ class ModeRunner:
 
     def __init__(self, spec, layouts, em, cluster, tag, mode, plans, every):
         groups = [f"{tag}{i}" for i in range(len(layouts))]
-        ps_every = mode_commits(mode, plans, em.device(cluster.by_role("ps")[0].name), every)
-        self.runners = [RoundRunner(spec, lay, b, em.session_target, ps_device=ps_every[0], group=g, groups=groups,
-                                    local_steps=every, initialize_ps=(g == groups[0]), container=g) if ps_every
+        ps = em.device(cluster.by_role("ps")[0].name)
+        self.runners = [RoundRunner(spec, lay, b, em.session_target, ps_device=ps, group=g, groups=groups,
+                                    local_steps=every, initialize_ps=(g == groups[0]), container=g)
+                        if commits(mode, plans)
                         else LayoutRunner(spec, lay, b, em.session_target, cluster.master.device_string, container=g)
                         for g, (lay, b) in zip(groups, layouts)]
         self.batches = [b for _, b in layouts]

@@ -3,7 +3,6 @@
     python -m bench.emulation --cluster layouts/edge4.yaml     # prints JSON; exit 1 if off by >15%
     python -m bench.emulation --cluster layouts/pi4.yaml       # the realistic edge cluster (1 Gbit/s)
     python -m bench.emulation --cluster layouts/pi4wifi.yaml   # devices sharing one Wi-Fi channel
-    python -m bench.emulation --forwarder_only                 # CPU of the delay forwarder per MB
 
 Every run also reports the delay forwarder's cost (`forwarder`: CPU s per MB it carries, at full speed
 and paced at 1 Gbit/s, and what one core could carry); a cluster with a shared medium also what two
@@ -28,10 +27,6 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file.")
 flags.DEFINE_float("tolerance", 0.15, "Allowed relative error of every figure.")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds of compute timing per device (the fastest counts).")
-flags.DEFINE_enum("network", "auto", ["auto", "netns", "userspace"], "Network emulation.")
-flags.DEFINE_enum("compute", "auto", ["auto", "cgroup-v1", "cgroup-v2", "step-delay", "off"], "Compute emulation.")
-flags.DEFINE_bool("forwarder_only", False, "Only measure the delay forwarder's CPU per MB (no cluster).")
-flags.DEFINE_float("forwarder_mb", 100.0, "MB sent through the forwarder per measurement.")
 
 
 def _cpu_s(pid: int) -> float:
@@ -73,7 +68,7 @@ def _send(address: tuple[str, int], nbytes: int, pace_mbit: float | None, write:
     return time.perf_counter() - t0
 
 
-def forwarder_cost(mb: float = 100.0, delay_ms: float = 0.5) -> dict:
+def forwarder_cost(mb: float = 50.0, delay_ms: float = 0.5) -> dict:
     """CPU of the delay forwarder process per MB it forwards (one route, `delay_ms` of delay), at
     full speed and paced at 1 Gbit/s, on loopback. Plain data for JSON."""
     out = {"delay_ms": delay_ms, "mb_per_run": mb, "cpu_count": os.cpu_count()}
@@ -104,17 +99,14 @@ def forwarder_cost(mb: float = 100.0, delay_ms: float = 0.5) -> dict:
 
 def main(argv):
     del argv
-    if FLAGS.forwarder_only:
-        print(json.dumps({"forwarder": forwarder_cost(FLAGS.forwarder_mb)}, indent=1))
-        return 0
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
-    with emulated_cluster(FLAGS.cluster, network=FLAGS.network, compute=FLAGS.compute) as cluster:
+    with emulated_cluster(FLAGS.cluster) as cluster:
         result = measure.measure(cluster, tolerance=FLAGS.tolerance, rounds=FLAGS.rounds)
         result["testbed"] = {k: v for k, v in cluster.summary().items() if k in ("network", "compute", "memory",
                                                                                "latency", "media")}
-    result["forwarder"] = forwarder_cost(min(FLAGS.forwarder_mb, 50.0))
+    result["forwarder"] = forwarder_cost()
     print(json.dumps(result, indent=1))
     return 0 if result["all_within_tolerance"] else 1
 

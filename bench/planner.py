@@ -80,9 +80,7 @@ def profile_and_measure(em, cluster, spec, args) -> dict:
             "uncalibrated_step_ms": round(raw[k], 2), "uncalibrated_over_measured": round(raw[k] / med[k], 3),
             "examples_per_sec": round(args.batch * 1e3 / med[k], 1), "steps": len(times[k])}
     out["planned_over_even_throughput"] = round(med["even"] / med["planned"], 3)
-    out["calibration"] = {"compute_scale": cal.compute_scale, "split_step_ms": profile.split_step_ms,
-                          "split_step_devices": list(profile.split_step_devices),
-                          "split_step_sizes": {n: list(v) for n, v in profile.split_step_sizes.items()},
+    out["calibration"] = {"compute_scale": cal.compute_scale,  # the split step it was fitted to: out["profile"]
                           "split_overhead_ms_per_peer": {d.name: d.split_overhead_ms for d in cal.devices},
                           "whole_step_ms": {d.name: d.whole_step_ms for d in profile.devices if d.whole_step_ms}}
     return out

@@ -26,7 +26,6 @@ import sys
 import time
 
 from bench import report
-from edgemesh_tf.engine import STRATEGIES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -48,7 +47,6 @@ CLUSTER = ("--cluster", "layouts/edge4.yaml")
 LAN4 = ("--cluster", "layouts/lan4.yaml")  # edge4's devices on a 200 Mbit/s LAN
 PI4 = ("--cluster", "layouts/pi4.yaml")  # the realistic edge cluster (Pi-class devices, 1 Gbit/s)
 PI4WIFI = ("--cluster", "layouts/pi4wifi.yaml")  # the same devices on one shared Wi-Fi channel
-ALL_SIX = ",".join(STRATEGIES)
 BENCHES = (
     Bench("uneven_split", "uneven_split", ("--steps", "30"), ("--steps", "5", "--round", "5"), 900),
     # quick: the same module runs on pi4 (emulation_pi4) instead

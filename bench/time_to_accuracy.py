@@ -120,8 +120,6 @@ def summary(name: str, runs: list[dict], budget: float) -> dict:
 def compare(a_runs, b_runs, a_budget: float, b_budget: float) -> dict:
     """ratio of medians a/b, its bootstrap 95% CI, permutation p; None where a sample is empty.
     Each sample's unreached runs count as its own budget (s)."""
-    if not a_runs or not b_runs:
-        return {"ratio": None, "ci95": None, "p": None}
     a, b = stats.censored(times_of(a_runs), a_budget), stats.censored(times_of(b_runs), b_budget)
     ratio, ci = stats.median_ratio_ci(a, b)
     return {"ratio": _r(ratio, 4), "ci95": _r(ci, 4), "p": _r(stats.permutation_p(a, b), 5)}

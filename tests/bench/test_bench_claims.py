@@ -189,8 +189,7 @@ def test_a_multi_group_hybrid_pays_its_commits_and_is_reported_with_its_stalenes
     assert claims.per_iteration_ms(pred, None) == 1000.0  # one group: no commits
     plans = {"hybrid": NS(groups=("g0", "g1"))}
     assert claims.commits("hybrid", plans) and not claims.commits("even", plans)
-    assert claims.mode_commits("hybrid", plans, "/job:ps/task:0", 8) == ("/job:ps/task:0", 8)
-    assert claims.mode_commits("hybrid", {"hybrid": NS(groups=("g0",))}, "/job:ps/task:0", 8) is None
+    assert not claims.commits("hybrid", {"hybrid": NS(groups=("g0",))})
     res = _result()
     res["hybrid_plan"].update(commit_interval=8, idle=["d"], groups=[{"devices": ["a"], "sizes": {}},
                                                          {"devices": ["b", "c"], "sizes": {"conv1": [40, 24]}}])
