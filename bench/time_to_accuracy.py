@@ -281,11 +281,6 @@ def main(argv=None):
     plan, est = plan_of(args), estimate(args)
     if args.estimate:
         return print(json.dumps(est))
-    for name in {n for runs in plan.values() for n, _ in runs}:
-        try:
-            sync_config(name)  # fail now, not after an hour, when an option does not exist
-        except (TypeError, ValueError) as e:
-            sys.exit(f"time_to_accuracy: {name}: {e}")
     print(f"[tta] {est['runs']} runs planned ({est['full_s'] / 60:.0f} min by the time model); estimated "
           f"{est['capped_s'] / 60:.0f} min under --max_minutes {args.max_minutes}", file=sys.stderr, flush=True)
     workdir, t_start, done, total = tempfile.mkdtemp(prefix="tta-"), time.monotonic(), [0], sum(map(len, plan.values()))
