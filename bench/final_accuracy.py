@@ -66,8 +66,8 @@ def _train(name: str, seed: int, budget: float, args, cluster, em, pool, workdir
     t0 = time.monotonic()
     final = run_job(cfg, cluster, testbed=em, pool=pool, fast_setup=not lifted)
     return {"seed": seed, "limits": "lifted" if lifted else "as in " + cluster.path, "budget_s": budget,
-            "accuracy": final["accuracy"], "global_steps": final["global_steps"], "converged": converged(final["curve"]),
-            "wall_s": round(time.monotonic() - t0, 1), "curve": final["curve"]}
+            "accuracy": final["accuracy"], "global_steps": final["global_steps"],
+            "converged": converged(final["curve"]), "wall_s": round(time.monotonic() - t0, 1), "curve": final["curve"]}
 
 
 def ashl_run(seed, args, cluster, em, pool, workdir) -> dict:
