@@ -41,7 +41,6 @@ objective; the best is returned, so a plan is never predicted slower than any of
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable, Sequence
 
 from edgemesh_tf.mesh.layout import Layout
@@ -51,18 +50,16 @@ from edgemesh_tf.planner import cost
 from edgemesh_tf.planner.calibrate import calibrated
 from edgemesh_tf.planner.cost import GroupPrediction
 from edgemesh_tf.planner.division import Division, PlanError, divide, speed
+from edgemesh_tf.planner.grid_search import LOCAL_SEARCH_DEVICES, Grid, SummedRate, capability_groups, search
 from edgemesh_tf.planner.model_stats import model_stats
 from edgemesh_tf.planner.shared_divisions import SharedDivisions
 from edgemesh_tf.profiling.types import DeviceProfile, Profile
 
 STALENESS_PENALTY = 0.1
 SCREEN_CHUNKS = 16
-LOCAL_SEARCH_DEVICES = 16
-SCREEN_GROUP = 16  # above LOCAL_SEARCH_DEVICES devices, seeds have groups of at most this many devices
-MAX_ROUNDS = 30
 
-__all__ = ["GroupPlan", "Plan", "STALENESS_PENALTY", "capability_groups", "plan", "speed", "staleness_charge", "throughput",
-           "within_margin", "memory_capped"]
+__all__ = ["GroupPlan", "Plan", "STALENESS_PENALTY", "capability_groups", "group_rate", "plan", "speed",
+           "staleness_charge", "throughput", "within_margin", "memory_capped"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,25 +101,17 @@ class Plan:
     priced_as: str = ""
 
 
-def capability_groups(devices: Sequence[DeviceProfile], k: int) -> list[list[DeviceProfile]]:
-    """Deals ``devices`` into k groups of about equal total speed (LPT); each group fastest first."""
-    if not 1 <= k <= len(devices):
-        raise ValueError("number of groups must be in 1..%d (the number of devices), got %r" % (len(devices), k))
-    groups: list[list[DeviceProfile]] = [[] for _ in range(k)]
-    totals = [0.0] * k
-    for d in sorted(devices, key=lambda d: (-speed(d), d.name)):
-        g = min(range(k), key=lambda g: (totals[g], len(groups[g]), g))
-        groups[g].append(d)
-        totals[g] += speed(d)
-    return groups
+def group_rate(p: GroupPrediction, batch: int, commit_interval: int, several: bool) -> float:
+    """Examples/s of one group of ``batch`` examples per step: its step and, among ``several`` groups,
+    its commit spread over ``commit_interval`` steps (see above)."""
+    return batch * 1000.0 / (p.step_ms + (p.commit_ms / commit_interval if several else 0.0))
 
 
 def throughput(preds: Sequence[GroupPrediction], batch: int, commit_interval: int,
                staleness_penalty: float = STALENESS_PENALTY) -> float:
     """Effective examples/s of groups that each process ``batch`` examples per step (see above)."""
     g = len(preds)
-    raw = sum(batch * 1000.0 / (p.step_ms + (p.commit_ms / commit_interval if g > 1 else 0.0)) for p in preds)
-    return raw / staleness_charge(g, staleness_penalty)
+    return sum(group_rate(p, batch, commit_interval, g > 1) for p in preds) / staleness_charge(g, staleness_penalty)
 
 
 def staleness_charge(groups: int, staleness_penalty: float = STALENESS_PENALTY) -> float:
@@ -149,124 +138,6 @@ def _budgets(profile: Profile, budget) -> Profile:
     """``profile`` with each device's memory_bytes replaced by ``budget(memory_bytes)``."""
     return dataclasses.replace(profile, devices=tuple(
         dataclasses.replace(d, memory_bytes=budget(d.memory_bytes)) for d in profile.devices))
-
-
-class _Grid:
-    """Evaluates partitions (tuples of tuples of device names) with cached group divisions."""
-
-    def __init__(self, profile, shared: SharedDivisions, chunks, rate):
-        self.by_name = {d.name: d for d in profile.devices}
-        self.order = {d.name: i for i, d in enumerate(profile.devices)}
-        self.shared, self.chunks, self.rate = shared, chunks, rate
-        self.cache: dict[tuple[str, ...], Division | PlanError] = {}
-
-    def key(self, names) -> tuple[str, ...]:
-        return tuple(sorted(names, key=self.order.__getitem__))
-
-    def group(self, names: tuple[str, ...]) -> Division | PlanError:
-        found = self.cache.get(names)  # the group as a partition holds it, before sorting its names
-        if found is not None:
-            return found
-        key = self.key(names)
-        if key not in self.cache:
-            try:
-                self.cache[key] = self.shared([self.by_name[n] for n in key], chunks=self.chunks, polish=False,
-                                              subsets=True)
-            except PlanError as e:
-                self.cache[key] = e
-        found = self.cache[names] = self.cache[key]
-        return found
-
-    def score(self, partition) -> tuple[float, list[Division]] | PlanError:
-        divs = [self.group(g) for g in partition]
-        bad = [d for d in divs if isinstance(d, PlanError)]
-        return bad[0] if bad else (self.rate(divs), divs)
-
-
-def _seeds(devices: Sequence[DeviceProfile], groups: int | None) -> list[tuple[tuple[str, ...], ...]]:
-    n = len(devices)
-    fastest = [d.name for d in sorted(devices, key=lambda d: (-speed(d), d.name))]
-    if groups:
-        ks = [groups]
-    elif n <= LOCAL_SEARCH_DEVICES:
-        ks = list(range(1, n + 1))
-    else:  # groups of at most SCREEN_GROUP devices, K about x2 apart
-        ks, k = [], math.ceil(n / SCREEN_GROUP)
-        while k < n:
-            ks.append(k)
-            k *= 2
-        ks.append(n)
-    seeds = [tuple(tuple(d.name for d in g) for g in capability_groups(devices, k)) for k in ks]
-    if n > LOCAL_SEARCH_DEVICES:
-        if not groups or groups == 1:
-            seeds.append((tuple(fastest[:SCREEN_GROUP]),))  # one group: of the fastest devices
-        return seeds
-    for j in range(1, n - 1):  # the fastest j alone, the rest one model-parallel group
-        if groups in (None, j + 1):
-            seeds.append(tuple((f,) for f in fastest[:j]) + (tuple(fastest[j:]),))
-    return seeds
-
-
-def _neighbours(partition, free, large: bool, forced: bool):
-    """Partitions one move away (see the module docstring); ``free``: devices in no group."""
-    groups = [tuple(g) for g in partition]
-    if not forced:
-        for n in free:
-            yield tuple(groups) + ((n,),)
-        for a in range(len(groups)):
-            for b in range(a + 1, len(groups)):
-                if not large or b == a + 1:
-                    yield tuple(h for i, h in enumerate(groups) if i not in (a, b)) + (groups[a] + groups[b],)
-    if large:
-        return
-    for n in free:
-        for t in range(len(groups)):
-            yield tuple(h + (n,) if i == t else h for i, h in enumerate(groups))
-    for j, g in enumerate(groups):
-        if len(g) < 2:
-            continue
-        for n in g:
-            rest = tuple(tuple(x for x in h if x != n) if i == j else h for i, h in enumerate(groups))
-            if not forced:
-                yield rest + ((n,),)
-            for t in range(len(groups)):
-                if t != j:
-                    yield tuple(h + (n,) if i == t else h for i, h in enumerate(rest))
-
-
-def _search(grid: _Grid, devices, groups: int | None):
-    """The best partition found (see the module docstring): (rate, groups, divisions), the best rate
-    per number of groups, and the first PlanError met. Partitions keep only the devices their
-    divisions use; the others are free (idle) and may form or join groups."""
-    best, per_k, first_error = None, {}, None
-    names = [d.name for d in devices]
-
-    def consider(partition, current):
-        nonlocal first_error
-        scored = grid.score(partition)
-        if isinstance(scored, PlanError):
-            first_error = first_error or scored
-            return current
-        per_k[len(partition)] = max(per_k.get(len(partition), 0.0), scored[0])
-        if current is not None and scored[0] <= current[0] * (1 + 1e-9):
-            return current
-        used = tuple(d.names for d in scored[1])
-        for g, d in zip(used, scored[1]):
-            grid.cache.setdefault(grid.key(g), d)
-        return scored[0], used, scored[1]
-
-    for seed in _seeds(devices, groups):
-        best = consider(seed, best)
-    large = len(devices) > LOCAL_SEARCH_DEVICES
-    for _ in range(MAX_ROUNDS if best else 0):
-        free = [n for n in names if not any(n in g for g in best[1])]
-        move = best
-        for cand in _neighbours(best[1], free, large, groups is not None):
-            move = consider(cand, move)
-        if move is best:
-            break
-        best = move
-    return best, per_k, first_error
 
 
 def _finish(profile: Profile, shared: SharedDivisions, chunks, partition, rate) -> list[Division]:
@@ -356,13 +227,14 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     if memory_fraction is not None:
         profile = memory_capped(profile, stats, memory_fraction)
     devices, pb, ps_bw = profile.devices, profile.batch, profile.ps_bandwidth_mbit
-    if objective is None:
-        rate = lambda divs: throughput([d.prediction for d in divs], batch, commit_interval, staleness_penalty)
+    if objective is None:  # ``throughput``, summed group by group so that the search prices only what a move changes
+        rate = SummedRate(lambda p, several: group_rate(p, batch, commit_interval, several),
+                          lambda raw, g: raw / staleness_charge(g, staleness_penalty))
     else:
         rate = lambda divs: objective([d.prediction for d in divs], batch)
     screen = max(chunks or 0, SCREEN_CHUNKS)
     shared = SharedDivisions(lambda group, **o: divide(group, stats, profile_batch=pb, ps_bandwidth_mbit=ps_bw, **o))
-    best, per_k, error = _search(_Grid(profile, shared, screen, rate), devices, groups)
+    best, per_k, error = search(Grid(devices, shared, screen, rate), devices, groups)
     options = []  # (kind, rate, divisions)
     if best is not None:
         final = _finish(profile, shared, chunks, best[1], rate)

@@ -13,7 +13,8 @@ the layer-by-layer optimum is not always the simulated one. ``polish`` improves 
               the other split layers off it (largest bytes per quantum first) to the device with
               the most room; a move that cannot be repaired is skipped
   search      best improvement, until no move improves or ``max_evaluations`` simulations are spent;
-              from each start (the layer-by-layer optimum, a memory-first packing, all replicated)
+              from each start (the layer-by-layer optimum, a memory-first packing, all replicated);
+              a sweep's moves are built, checked for memory and simulated as arrays (``simulate``)
   exact       when there are at most EXACT_MAX divisions in all, every one is simulated instead
 
 Measured against brute force over every integer division (2-8 devices, 2-4 layers, with and without
@@ -26,14 +27,17 @@ import itertools
 import math
 from typing import Callable, Sequence
 
+import numpy as np
+
 from edgemesh_tf.mesh.layout import even_split
 from edgemesh_tf.planner.cost import LayerCoeffs, Shares, fixed_memory_bytes
 from edgemesh_tf.planner.model_stats import ModelStats
-from edgemesh_tf.planner.simulate import simulate_step_ms, simulate_steps_ms
+from edgemesh_tf.planner.simulate import simulate_share_arrays, simulate_step_ms, simulate_steps_ms
 from edgemesh_tf.profiling.types import DeviceProfile
 
 MAX_EVALUATIONS = 4000
 EXACT_MAX = 2000  # divisions: at most this many, try them all
+TRIAL_BATCH = 4096  # divisions simulated together in a sweep, at least (but the last)
 
 
 def memory_bytes(stats: ModelStats, coeffs: Sequence[LayerCoeffs], shares: Sequence[Shares], k: int,
@@ -65,43 +69,30 @@ class _Search:
         names = [d.name for d in stats.dims]
         self._one = lambda sh: simulate_step_ms(group, stats, dict(zip(names, sh)), profile_batch, coeffs)
         self._batch = not any(d.medium for d in group)  # simulate_steps_ms: groups on their own links
-        self.cache: dict[tuple, float] = {}
+        # the arrays of the moves: bytes per unit and units per layer, one-hot rows,
+        # the pairs (a, b != a) and triples (a, b != a, c != b) of devices in the order the moves take them
+        self.mpu = np.array([co.mem_per_unit for co in coeffs], dtype=np.int64)
+        self.units = np.array([co.units for co in coeffs], dtype=np.int64)
+        self.eye = np.eye(self.k, dtype=np.int64)
+        pairs = [(a, b) for a in range(self.k) for b in range(self.k) if b != a]
+        self.pairs = tuple(np.array(pairs, dtype=np.intp).reshape(-1, 2).T)
+        self.triples = tuple(np.array([(a, b, c) for a, b in pairs for c in range(self.k) if c != b],
+                                      dtype=np.intp).reshape(-1, 3).T)
 
     def cost(self, sh) -> float:
         return self.costs([sh])[0]
 
     def costs(self, trials) -> list[float]:
-        """The simulated step ms of each of ``trials``: the ones not simulated before at once."""
-        keys = [tuple(sh) for sh in trials]
-        new = list(dict.fromkeys(key for key in keys if key not in self.cache))
-        if len(new) > 1 and self._batch:
-            self.cache.update(zip(new, simulate_steps_ms(self.group, self.stats, new, self.coeffs).tolist()))
-        else:
-            self.cache.update((key, self._one(key)) for key in new)
-        return [self.cache[key] for key in keys]
+        """The simulated step ms of each of ``trials`` (lists of shares)."""
+        if len(trials) > 1 and self._batch:
+            return simulate_steps_ms(self.group, self.stats, trials, self.coeffs).tolist()
+        return [self._one(sh) for sh in trials]
 
     def memory(self, sh) -> list[int]:
         return memory_bytes(self.stats, self.coeffs, sh, self.k, self.fixed)
 
     def fits(self, sh) -> bool:
         return all(m <= b for m, b in zip(self.memory(sh), self.budget))
-
-    def fits_changed(self, base, base_room, trial, changed) -> bool:
-        """``fits(trial)`` for a ``trial`` that differs from ``base`` only in the layers ``changed``;
-        ``base_room``: (each device's budget minus the base's bytes, the least of them). The bytes of
-        the changed layers are swapped (integers: exact); when even holding every unit of them more
-        than the base does fits the device with the least room, the trial fits without the sum."""
-        room, least = base_room
-        coeffs = self.coeffs
-        if sum(coeffs[l].mem_per_unit * coeffs[l].units for l in changed) <= least:
-            return True
-        room = list(room)
-        for l in changed:
-            co = coeffs[l]
-            old, new = base[l] or (co.units,) * self.k, trial[l] or (co.units,) * self.k
-            for i in range(self.k):
-                room[i] -= co.mem_per_unit * (new[i] - old[i])
-        return min(room) >= 0
 
     def repair(self, sh, fixed: Sequence[int]):
         """Moves quanta of split layers not in ``fixed`` off over-budget devices (see the module
@@ -136,69 +127,108 @@ class _Search:
             mem[room] += n * step
         return None
 
-    def single_moves(self, sh):
-        """(layers changed, shares) per layer: replicate, split, or one quantum a -> b."""
+    def as_arrays(self, sh) -> tuple[np.ndarray, np.ndarray]:
+        """``sh`` as (L, k) units (0 where replicated) and (L,) whether each layer is split."""
+        split = np.array([x is not None for x in sh], dtype=bool)
+        return np.array([x if x is not None else (0,) * self.k for x in sh], dtype=np.int64).reshape(-1, self.k), split
+
+    def as_shares(self, shares: np.ndarray, split: np.ndarray) -> list:
+        """One division's arrays back as shares (tuples of ints, None where replicated)."""
+        return [tuple(row) if on else None for row, on in zip(shares.tolist(), split.tolist())]
+
+    def fitting(self, shares: np.ndarray, split: np.ndarray) -> np.ndarray:
+        """(N,) whether each of N divisions ((N, L, k) units, (N, L) split) fits every device's budget:
+        ``fits`` in integers, so exactly its answer."""
+        held = np.where(split[:, :, None], shares, self.units[None, :, None])
+        mem = np.array(self.fixed, dtype=np.int64) + (self.mpu[None, :, None] * held).sum(axis=1)
+        return (mem <= np.array(self.budget, dtype=np.int64)).all(axis=1)
+
+    def single_blocks(self, sh, shares: np.ndarray, split: np.ndarray):
+        """Per layer, the single moves from ``sh`` (arrays ``shares``, ``split``) as ((layer,), (n, L, k)
+        units, (n, L) split): replicate a split layer, then one quantum a -> b for every a that keeps a
+        quantum and every b != a; split a replicated one (its exact layer optimum, or evenly)."""
         k = self.k
         for l, (co, q) in enumerate(zip(self.coeffs, self.quanta)):
             if not q:
                 continue
-            cur = sh[l]
-            if cur is None:
-                for cand in {self.split(l), tuple(q * s for s in even_split(co.units // q, k))} - {None}:
-                    yield (l,), _replace(sh, l, cand)
-                continue
-            yield (l,), _replace(sh, l, None)
-            for a in range(k):
-                if cur[a] >= 2 * q:
-                    for b in range(k):
-                        if b != a:
-                            yield (l,), _replace(sh, l, _moved(cur, a, b, q))
+            if sh[l] is None:
+                rows = [c for c in {self.split(l), tuple(q * s for s in even_split(co.units // q, k))} - {None}]
+                new, on = np.array(rows, dtype=np.int64).reshape(-1, k), np.ones(len(rows), dtype=bool)
+            else:
+                a, b = self.pairs
+                keep = shares[l][a] >= 2 * q
+                moved = shares[l] + q * (self.eye[b[keep]] - self.eye[a[keep]])
+                new = np.concatenate([np.zeros((1, k), dtype=np.int64), moved])
+                on = np.arange(len(new)) > 0
+            yield (l,), *_with_rows(shares, split, {l: new}, {l: on})
 
-    def chain_moves(self, sh):
-        """(layers changed, shares): layer l moves a quantum a -> b while layer m moves one b -> c
-        (c = a: an exchange, which keeps both devices' memory about level)."""
-        k, split = self.k, [l for l in range(len(sh)) if sh[l] is not None and self.quanta[l]]
-        for l in split:
-            for m in split:
+    def chain_blocks(self, sh, shares: np.ndarray, split: np.ndarray):
+        """Per pair of split layers (l, m), the chain moves: layer l moves a quantum a -> b while layer m
+        moves one b -> c (c = a: an exchange, which keeps both devices' memory about level), for every
+        a, b, c in that order, as ((l, m), (n, L, k) units, (n, L) split)."""
+        on = [l for l in range(len(sh)) if sh[l] is not None and self.quanta[l]]
+        a, b, c = self.triples
+        for l in on:
+            for m in on:
                 if m == l:
                     continue
                 ql, qm = self.quanta[l], self.quanta[m]
-                for a in range(k):
-                    if sh[l][a] < 2 * ql:
-                        continue
-                    for b in range(k):
-                        if b == a or sh[m][b] < 2 * qm:
-                            continue
-                        trial = _replace(sh, l, _moved(sh[l], a, b, ql))
-                        for c in range(k):
-                            if c != b:
-                                yield (l, m), _replace(trial, m, _moved(sh[m], b, c, qm))
+                keep = (shares[l][a] >= 2 * ql) & (shares[m][b] >= 2 * qm)
+                ka, kb, kc = a[keep], b[keep], c[keep]
+                rows = {l: shares[l] + ql * (self.eye[kb] - self.eye[ka]),
+                        m: shares[m] + qm * (self.eye[kc] - self.eye[kb])}
+                yield (l, m), *_with_rows(shares, split, rows, {})
+
+    def trials(self, blocks):
+        """The moves of ``blocks`` that fit, or fit once repaired (``repair``, the move's layers fixed), in
+        order, gathered into arrays of at least TRIAL_BATCH divisions (the last may be smaller)."""
+        got_shares, got_split, count = [], [], 0
+        for changed, shares, split in blocks:
+            fits = self.fitting(shares, split)
+            if not fits.all():
+                for i in np.flatnonzero(~fits):
+                    repaired = self.repair(self.as_shares(shares[i], split[i]), changed)
+                    if repaired is not None:
+                        shares[i], split[i] = self.as_arrays(repaired)
+                        fits[i] = True
+                shares, split = shares[fits], split[fits]
+            got_shares.append(shares)
+            got_split.append(split)
+            count += len(shares)
+            if count >= TRIAL_BATCH:
+                yield np.concatenate(got_shares), np.concatenate(got_split)
+                got_shares, got_split, count = [], [], 0
+        if count:
+            yield np.concatenate(got_shares), np.concatenate(got_split)
+
+    def array_costs(self, shares: np.ndarray, split: np.ndarray) -> np.ndarray:
+        """The simulated step ms of each division of the arrays."""
+        if self._batch:
+            return simulate_share_arrays(self.group, self.stats, shares, split, self.coeffs)
+        return np.array([self._one(self.as_shares(x, on)) for x, on in zip(shares, split)])
 
     def descend(self, start, budget: int):
-        """Best-improvement descent from ``start``; returns (ms, shares, evaluations left). Each sweep's
-        trials (the moves that fit, or fit once repaired) are simulated together."""
+        """Best-improvement descent from ``start``; returns (ms, shares, evaluations left). A sweep tries
+        the single moves, and the chain moves when no single move improves; its trials (the moves that
+        fit, or fit once repaired) count against ``budget``, and the best is the first of least ms."""
         best, best_ms = list(start), self.cost(start)
         while budget > 0:
             move = None
-            room = [b - m for b, m in zip(self.budget, self.memory(best))]
-            base_room = (room, min(room))
-            for moves in (self.single_moves, self.chain_moves):
-                trials = []
-                for changed, trial in moves(best):
-                    if not self.fits_changed(best, base_room, trial, changed):
-                        trial = self.repair(trial, changed)
-                        if trial is None:
-                            continue
-                    trials.append(trial)
-                budget -= len(trials)
-                for ms, trial in zip(self.costs(trials), trials):
-                    if ms < best_ms - 1e-9 and (move is None or ms < move[0]):
-                        move = (ms, trial)
+            shares, split = self.as_arrays(best)
+            for blocks in (self.single_blocks, self.chain_blocks):
+                for trial_shares, trial_split in self.trials(blocks(best, shares, split)):
+                    budget -= len(trial_shares)
+                    ms = self.array_costs(trial_shares, trial_split)
+                    better = np.flatnonzero(ms < best_ms - 1e-9)
+                    if len(better):
+                        i = better[np.argmin(ms[better])]
+                        if move is None or ms[i] < move[0]:
+                            move = (float(ms[i]), trial_shares[i], trial_split[i])
                 if move is not None or budget <= 0:
                     break
             if move is None:
                 break
-            best_ms, best = move
+            best_ms, best = move[0], self.as_shares(move[1], move[2])
         return best_ms, best, budget
 
 
@@ -257,3 +287,15 @@ def _moved(shares: tuple[int, ...], a: int, b: int, q: int) -> tuple[int, ...]:
     out[a] -= q
     out[b] += q
     return tuple(out)
+
+
+def _with_rows(shares: np.ndarray, split: np.ndarray, rows: dict, on: dict) -> tuple[np.ndarray, np.ndarray]:
+    """n copies of one division's arrays with layer l's units replaced by ``rows[l]`` (n, k) and its split
+    flag by ``on[l]`` (n,) where given."""
+    n = len(next(iter(rows.values())))
+    out, out_split = np.repeat(shares[None], n, axis=0), np.repeat(split[None], n, axis=0)
+    for l, new in rows.items():
+        out[:, l] = new
+    for l, flags in on.items():
+        out_split[:, l] = flags
+    return out, out_split

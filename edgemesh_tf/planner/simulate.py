@@ -85,25 +85,36 @@ def simulate_steps_ms(group: Sequence[DeviceProfile], stats: ModelStats, divisio
                       coeffs: Sequence[LayerCoeffs]) -> np.ndarray:
     """``simulate_step_ms`` of each of ``divisions`` (shares per dim of ``stats``, in order) on
     ``group`` (k >= 2, no device on a shared medium), as one array of M values, bit for bit the
-    same: the same float operations, in the same order, on (M, k) arrays. The planner's search
+    same (``simulate_share_arrays`` of the divisions as arrays).
+    """
+    _check_batchable(group)
+    k, layers = len(group), len(coeffs)
+    zero = (0,) * k
+    shares = np.array([x or zero for d in divisions for x in d], dtype=np.int64).reshape(len(divisions), layers, k)
+    split = np.array([bool(x) for d in divisions for x in d], dtype=bool).reshape(len(divisions), layers)
+    return simulate_share_arrays(group, stats, shares, split, coeffs)
+
+
+def simulate_share_arrays(group: Sequence[DeviceProfile], stats: ModelStats, shares: np.ndarray, split: np.ndarray,
+                          coeffs: Sequence[LayerCoeffs]) -> np.ndarray:
+    """``simulate_step_ms`` of M divisions given as arrays, on ``group`` (k >= 2, no device on a shared
+    medium): ``shares`` (M, L, k) units per dim of ``stats`` and device (any values where the dim is
+    replicated), ``split`` (M, L) whether each dim is split. Bit for bit the same as the single
+    simulation: the same float operations, in the same order, on (M, k) arrays. The planner's search
     simulates every neighbour of its current division at once this way.
     """
-    k, m = len(group), len(divisions)
-    if k < 2 or any(d.medium for d in group):
-        raise ValueError("simulate_steps_ms simulates groups of 2 or more devices on their own links, got %d "
-                         "devices, media %s" % (k, sorted({d.medium for d in group})))
+    _check_batchable(group)
+    k, m = len(group), len(shares)
     lat = np.array([d.latency_ms for d in group])
     t = np.tile(np.array(_start_ms(group, stats)), (m, 1))
     backward = []  # per layer: (M, k) backward compute ms, (M,) the collective's ms (0: none)
-    zero = (0,) * k
     previous, previous_split, previous_units = np.zeros((m, k), dtype=np.int64), np.zeros(m, dtype=bool), 0
     for index, co in enumerate(coeffs):
-        column = [d[index] for d in divisions]
-        split = np.array([bool(x) for x in column])
-        s = np.array([x or zero for x in column], dtype=np.int64)
+        split_here = split[:, index]
+        s = np.where(split_here[:, None], shares[:, index, :], 0)
         units, full = co.units, np.array(co.full_ms)
         # _layer_terms, per division: compute, forward and backward ms, the backward collective's ms
-        compute = np.where(split[:, None], full * s / units, full)
+        compute = np.where(split_here[:, None], full * s / units, full)
         fwd, back = FORWARD_FRACTION * compute, BACKWARD_FRACTION * compute
         if any(co.in_ms):  # reduce_scatter_ms to the previous layer's shares (no medium: its term is 0.0)
             whole = np.array(co.in_ms)
@@ -111,24 +122,31 @@ def simulate_steps_ms(group: Sequence[DeviceProfile], stats: ModelStats, divisio
             scatter = co.hop_ms + np.maximum(links, 0.0)
         else:
             scatter = np.full(m, co.reduce_ms)
-        reduce_ms = np.where(split, np.where(previous_split, scatter, co.allreduce_ms), 0.0)
+        reduce_ms = np.where(split_here, np.where(previous_split, scatter, co.allreduce_ms), 0.0)
         backward.append((back, reduce_ms))
         done = t + fwd
-        if split.any():
+        if split_here.any():
             rpu, o = np.array(co.recv_ms_per_unit), np.array(co.split_ms)
             sent = _latest_others(done + (k - 1) * rpu * s + lat)
             arrive = _latest_others(done + lat)
             aired = 0.0 + co.hop_ms
             gathered = np.maximum(np.maximum(np.maximum(lat + arrive, done) + rpu * (units - s), lat + sent),
                                   aired) + o
-            t = np.where(split[:, None], gathered, done)
+            t = np.where(split_here[:, None], gathered, done)
         else:
             t = done
-        previous, previous_split, previous_units = s, split, units
+        previous, previous_split, previous_units = s, split_here, units
     for back, reduce_ms in reversed(backward):
         t = t + back
         t = np.where((reduce_ms > 0)[:, None], t.max(axis=1, keepdims=True) + reduce_ms[:, None], t)
     return (t + np.array([d.step_overhead_ms for d in group]) / 2).max(axis=1)
+
+
+def _check_batchable(group: Sequence[DeviceProfile]) -> None:
+    """Raises ValueError unless ``group`` can be simulated in arrays: 2 or more devices, none on a shared medium."""
+    if len(group) < 2 or any(d.medium for d in group):
+        raise ValueError("the simulation in arrays takes groups of 2 or more devices on their own links, got %d "
+                         "devices, media %s" % (len(group), sorted({d.medium for d in group})))
 
 
 def _start_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> list[float]:
