@@ -40,7 +40,10 @@ objective; the best is returned, so a plan is never predicted slower than any of
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import os
 from typing import Callable, Sequence
 
 from edgemesh_tf.mesh.layout import Layout
@@ -52,11 +55,13 @@ from edgemesh_tf.planner.cost import GroupPrediction
 from edgemesh_tf.planner.division import Division, PlanError, divide, speed
 from edgemesh_tf.planner.grid_search import LOCAL_SEARCH_DEVICES, Grid, SummedRate, capability_groups, search
 from edgemesh_tf.planner.model_stats import model_stats
-from edgemesh_tf.planner.shared_divisions import SharedDivisions
+from edgemesh_tf.planner.shared_divisions import DivisionPool, SharedDivisions, fork_safe
 from edgemesh_tf.profiling.types import DeviceProfile, Profile
 
 STALENESS_PENALTY = 0.1
 SCREEN_CHUNKS = 16
+PARALLEL_DEVICES = 128  # from this many devices up, groups are divided in worker processes by default
+MAX_WORKERS = 8
 
 __all__ = ["GroupPlan", "Plan", "STALENESS_PENALTY", "capability_groups", "group_rate", "plan", "speed",
            "staleness_charge", "throughput", "within_margin", "memory_capped"]
@@ -152,7 +157,10 @@ def _finish(profile: Profile, shared: SharedDivisions, chunks, partition, rate) 
     def division(names, subsets):
         return shared([by_name[n] for n in names], chunks=chunks, subsets=subsets)
 
-    final = [division(g, False) for g in partition]
+    final = shared.many([[by_name[n] for n in g] for g in partition], chunks=chunks, subsets=False)
+    error = next((d for d in final if isinstance(d, PlanError)), None)
+    if error is not None:
+        raise error
     free = [d.name for d in profile.devices if not any(d.name in g for g in partition)]
     if len(profile.devices) > LOCAL_SEARCH_DEVICES:
         return final
@@ -173,7 +181,8 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
          chunks: int | None = None, commit_interval: int = 1,
          staleness_penalty: float = STALENESS_PENALTY, calibrate: bool = True,
          memory_margin: float | None = None, engine: bool = True, memory_fraction: float | None = None,
-         objective: Callable[[Sequence[GroupPrediction], int], float] | None = None) -> Plan:
+         objective: Callable[[Sequence[GroupPrediction], int], float] | None = None,
+         workers: int | None = None) -> Plan:
     """Plans the grid and the filter division of ``spec`` on the devices of ``profile``.
 
     groups: force this many data-parallel groups (default: the best grid found, any number).
@@ -199,6 +208,10 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
       examples per step), which the search maximises; default: ``throughput`` at ``commit_interval``
       (the module docstring). The engine passes the cost of the job it runs (engine/core/job_cost.py: its
       phases' commit intervals and waits).
+    workers: processes that divide groups at once (``shared_divisions.DivisionPool``; the plan is the
+      same for any number); default: this machine's cores (at most MAX_WORKERS) from PARALLEL_DEVICES
+      devices up, where dividing the groups is most of the time, else 1 (no process is started). A
+      process that runs other threads or has imported TensorFlow divides in turn (``fork_safe``).
     Raises PlanError when nothing fits in memory.
     """
     if not profile.devices:
@@ -233,11 +246,18 @@ def plan(profile: Profile, spec: ModelSpec, *, groups: int | None = None, batch:
     else:
         rate = lambda divs: objective([d.prediction for d in divs], batch)
     screen = max(chunks or 0, SCREEN_CHUNKS)
-    shared = SharedDivisions(lambda group, **o: divide(group, stats, profile_batch=pb, ps_bandwidth_mbit=ps_bw, **o))
-    best, per_k, error = search(Grid(devices, shared, screen, rate), devices, groups)
+    divide_group = functools.partial(divide, stats=stats, profile_batch=pb, ps_bandwidth_mbit=ps_bw)
+    if workers is None:
+        workers = min(os.cpu_count() or 1, MAX_WORKERS) if len(devices) >= PARALLEL_DEVICES else 1
+    if workers > 1 and not fork_safe():
+        workers = 1
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(DivisionPool(divide_group, workers)) if workers > 1 else None
+        shared = SharedDivisions(divide_group, pool)
+        best, per_k, error = search(Grid(devices, shared, screen, rate), devices, groups)
+        final = None if best is None else _finish(profile, shared, chunks, best[1], rate)
     options = []  # (kind, rate, divisions)
-    if best is not None:
-        final = _finish(profile, shared, chunks, best[1], rate)
+    if final is not None:
         options.append(("grid", rate(final), final))
     alone = alt.singles(devices, stats, pb, ps_bw)
     fastest = alt.fastest_device(alone)

@@ -84,6 +84,19 @@ class Grid:
         found = self.cache[names] = self.cache[key]
         return found
 
+    def prefill(self, groups: Sequence[tuple[str, ...]]) -> None:
+        """Divides the ``groups`` not kept yet all at once (``SharedDivisions.many``: in the pool's
+        processes if it has one), kept as ``group`` keeps them."""
+        todo: dict[tuple[str, ...], None] = {}
+        for names in groups:
+            if names not in self.cache:
+                key = self.key(names)
+                if key not in self.cache:
+                    todo[key] = None
+        found = self.shared.many([[self.by_name[n] for n in key] for key in todo], chunks=self.chunks,
+                                 polish=False, subsets=True)
+        self.cache.update(zip(todo, found))
+
     def score(self, partition: Partition) -> tuple[float, list[Division]] | PlanError:
         """(rate, divisions) of ``partition``, or the PlanError of its first group that does not fit."""
         divs = [self.group(g) for g in partition]
@@ -212,6 +225,7 @@ def search(grid: Grid, devices: Sequence[DeviceProfile], groups: int | None):
 
     best = None
     for seed in seeds(devices, groups):
+        grid.prefill(seed)
         scored = grid.score(seed)
         if isinstance(scored, PlanError):
             first_error = first_error or scored
@@ -222,8 +236,14 @@ def search(grid: Grid, devices: Sequence[DeviceProfile], groups: int | None):
         current = _Current(grid, best[1])
         used = {n for g in current.partition for n in g}
         move_to = best
-        for move in moves(current.partition, [d.name for d in devices if d.name not in used], large,
-                          groups is not None):
+        free = [d.name for d in devices if d.name not in used]
+        # the round's groups divided at once (in a pool's processes). Exact where every move adds devices
+        # alone or merges two groups: a better neighbour found in the round keeps its divisions under the
+        # devices they use, a subset of a merge, which is no device alone and no other merge
+        if large:
+            grid.prefill([g for move in moves(current.partition, free, large, groups is not None)
+                          for g in list(move[1].values()) + list(move[2])])
+        for move in moves(current.partition, free, large, groups is not None):
             scored = current.score(move)
             if isinstance(scored, PlanError):
                 first_error = first_error or scored

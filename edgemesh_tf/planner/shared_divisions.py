@@ -6,13 +6,24 @@ and medium get the same shares and the same prediction. A large cluster of a few
 many such groups, so the planner divides each kind of group once and relabels the result for the
 others. Errors are not shared: a PlanError
 names the device that does not fit.
+
+``SharedDivisions.many`` divides many groups at once; with a ``DivisionPool`` the groups of kinds not
+divided before are divided in worker processes (a division is a pure function of its group, so the
+answers are the ones made in turn). The pool forks its processes, which start at once with the
+planner's state and do not run the caller's main module again; a process with other threads (or
+TensorFlow, whose threads Python does not see) is not forked: ``fork_safe`` says so, and the
+planner then divides in turn.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import multiprocessing
+import sys
+import threading
 from typing import Callable, Sequence
 
-from edgemesh_tf.planner.division import Division
+from edgemesh_tf.planner.division import Division, PlanError
 from edgemesh_tf.profiling.types import DeviceProfile
 
 
@@ -32,19 +43,65 @@ def relabelled(division: Division, source: Sequence[DeviceProfile], target: Sequ
                                idle=tuple(names[n] for n in division.idle), prediction=prediction)
 
 
+_WORKER_DIVIDE: Callable[..., Division] | None = None  # a pool worker's divide, set once when it starts
+
+
+def _start_worker(divide: Callable[..., Division]) -> None:
+    global _WORKER_DIVIDE
+    _WORKER_DIVIDE = divide
+
+
+def _divide_in_worker(group: Sequence[DeviceProfile], options: dict) -> Division | PlanError:
+    try:
+        return _WORKER_DIVIDE(group, **options)
+    except PlanError as e:
+        return e
+
+
+def fork_safe() -> bool:
+    """Whether this process may fork workers: it runs one thread and has not imported TensorFlow."""
+    return threading.active_count() == 1 and "tensorflow" not in sys.modules
+
+
+class DivisionPool:
+    """``workers`` processes that divide groups with ``divide`` (picklable: a module-level function or a
+    functools.partial of one). A context manager: leaving it ends the processes."""
+
+    def __init__(self, divide: Callable[..., Division], workers: int):
+        self._executor = concurrent.futures.ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("fork"), initializer=_start_worker,
+            initargs=(divide,))
+        self.workers = workers
+
+    def map(self, groups: Sequence[Sequence[DeviceProfile]], options: dict) -> list[Division | PlanError]:
+        """Each group's division, or its PlanError, in order."""
+        chunk = max(1, len(groups) // (4 * self.workers))
+        return list(self._executor.map(_divide_in_worker, groups, [options] * len(groups), chunksize=chunk))
+
+    def __enter__(self) -> DivisionPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
 class SharedDivisions:
     """``divide(group, **options)`` by the group's measured figures: a group measured alike to one
-    divided before with the same options gets that division, relabelled."""
+    divided before with the same options gets that division, relabelled. ``pool``: where ``many``
+    divides (None: in this process, in turn)."""
 
-    def __init__(self, divide: Callable[..., Division]):
-        self._divide = divide
+    def __init__(self, divide: Callable[..., Division], pool: DivisionPool | None = None):
+        self._divide, self._pool = divide, pool
         self._done: dict[tuple, tuple[Sequence[DeviceProfile], Division]] = {}
         self._alike: dict[DeviceProfile, DeviceProfile] = {}  # each device's measured_alike
         self.divided = self.shared = 0  # how many groups were divided, and how many reused a division
 
-    def __call__(self, group: Sequence[DeviceProfile], **options) -> Division:
+    def _key(self, group: Sequence[DeviceProfile], options: dict) -> tuple:
         alike = tuple(self._alike.get(d) or self._alike.setdefault(d, measured_alike(d)) for d in group)
-        key = (alike, tuple(sorted(options.items())))
+        return alike, tuple(sorted(options.items()))
+
+    def __call__(self, group: Sequence[DeviceProfile], **options) -> Division:
+        key = self._key(group, options)
         hit = self._done.get(key)
         if hit is not None:
             self.shared += 1
@@ -53,3 +110,42 @@ class SharedDivisions:
         self.divided += 1
         self._done[key] = (tuple(group), division)
         return division
+
+    def many(self, groups: Sequence[Sequence[DeviceProfile]], **options) -> list[Division | PlanError]:
+        """``self(group, **options)`` of each of ``groups`` in turn, a PlanError in place of raising it.
+        With a pool, the first group of each kind not divided before is divided there, all at once, and
+        then each group of a kind whose first did not fit (errors are not shared)."""
+        if self._pool is None:
+            return [self._try(g, options) for g in groups]
+        keys = [self._key(g, options) for g in groups]
+        first: dict[tuple, Sequence[DeviceProfile]] = {}
+        for key, g in zip(keys, groups):
+            if key not in self._done:
+                first.setdefault(key, g)
+        found = dict(zip(first, self._pool.map(list(first.values()), options)))
+        self.divided += len(found)
+        for key, division in found.items():
+            if not isinstance(division, PlanError):
+                self._done[key] = (tuple(first[key]), division)
+        errors = {i: found[key] for i, key in enumerate(keys) if first.get(key) is groups[i]
+                  and isinstance(found[key], PlanError)}
+        again = [i for i, key in enumerate(keys) if key not in self._done and i not in errors]
+        errors.update(zip(again, self._pool.map([groups[i] for i in again], options)))
+        self.divided += len(again)
+        out: list[Division | PlanError] = []
+        for i, (key, g) in enumerate(zip(keys, groups)):
+            if i in errors:
+                out.append(errors[i])
+                continue
+            source, division = self._done[key]
+            if source != tuple(g):
+                self.shared += 1
+                division = relabelled(division, source, g)
+            out.append(division)
+        return out
+
+    def _try(self, group: Sequence[DeviceProfile], options: dict) -> Division | PlanError:
+        try:
+            return self(group, **options)
+        except PlanError as e:
+            return e

@@ -85,8 +85,9 @@ def random_cluster(stats, n, seed=0):
 
 
 def plan_random_cluster(spec, n, batch=32):
-    """(the plan of `random_cluster` with n devices, the seconds planning took, the devices)."""
+    """(the plan of `random_cluster` with n devices, the seconds planning took, the devices); planned in
+    this process (``workers=1``: no worker process is started)."""
     devs = random_cluster(model_stats(spec, batch), n)
     start = time.perf_counter()
-    result = plan(profile(spec, devs, batch), spec)
+    result = plan(profile(spec, devs, batch), spec, workers=1)
     return result, time.perf_counter() - start, devs
