@@ -7,7 +7,10 @@ imported, so flags of different subcommands never clash.
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import sys
+import traceback
 
 from edgemesh_tf import tf_import
 from edgemesh_tf.cli import help as cli_help
@@ -55,7 +58,44 @@ def run(argv: list[str] | None = None) -> None:
         _print_help(name)
     from absl import app
 
-    app.run(module.main, argv=["edgemesh " + name] + rest)
+    try:
+        app.run(module.main, argv=["edgemesh " + name] + rest)
+    except BaseException as e:  # noqa: BLE001  (SystemExit too: every end of the command, once its clean-up ran)
+        if argv is None:
+            _exit_past_threads_in_tf(e)
+        raise
+
+
+def _exit_past_threads_in_tf(e: BaseException) -> None:
+    """Ends the process with ``e``'s exit status and message by ``os._exit`` if a thread is still
+    inside TF's C++ runtime waiting on servers that are gone (``cluster.watch.left_behind``: a run
+    or a session's close on a testbed device that died); else returns, and the interpreter exits
+    as usual. Such a thread, if its call returns while the interpreter finalizes, is ended by a
+    forced unwind that TF's C++ frames catch without rethrowing: the process would abort (SIGABRT,
+    "terminate called ...") after the command's own error. ``e`` reaches here after every ``with``
+    block of the command has exited (the testbed's processes, namespaces and cgroups are removed by
+    then), so only the interpreter's finalization is skipped; output and logs are flushed first."""
+    from edgemesh_tf.cluster import watch
+
+    if not watch.left_behind():
+        return
+    if isinstance(e, SystemExit):
+        code = e.code
+        if code is None or isinstance(code, int):
+            status = code or 0
+        else:
+            print(code, file=sys.stderr)
+            status = 1
+    else:
+        traceback.print_exception(e)
+        status = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
 
 
 if __name__ == "__main__":

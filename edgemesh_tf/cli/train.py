@@ -163,11 +163,17 @@ def main(argv):
                                  % (run.layout, dev, run.cluster, sorted(known)))
     except ValueError as e:
         raise SystemExit("edgemesh train: %s" % e)
+    from edgemesh_tf.cluster.watch import DeviceDied, raise_if_died
     try:
         with reach_servers(cluster, run.emulate, server_timeout_s=run.server_timeout_s) as servers:
-            train(spec, data, layout, session_target=servers.target, master_device=cluster.master.device_string,
-                  **run.kwargs)
-    except ServersNotAnswering as e:  # a real server missing: named with the command that starts it
+            try:
+                train(spec, data, layout, session_target=servers.target,
+                      master_device=cluster.master.device_string, **run.kwargs)
+            except Exception:  # a step failed: a testbed device killed (past its memory budget) is named
+                if servers.testbed is not None:
+                    raise_if_died(servers.testbed.check)
+                raise
+    except (ServersNotAnswering, DeviceDied) as e:  # a real server missing (named with its start command); a dead one
         raise SystemExit("edgemesh train: %s" % e)
 
 

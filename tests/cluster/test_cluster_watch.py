@@ -48,3 +48,27 @@ def test_a_stuck_wait_ends_at_its_deadline_naming_what_it_waited_for():
     with pytest.raises(TimeoutError, match="round 2 of 3 .*: no result after 0 s and no device died"):
         watched(lambda: time.sleep(30), lambda: None, 0.2, "round 2 of 3 (profile, plan, measure)", poll_s=0.05)
     assert time.monotonic() - start < 5
+
+
+def test_a_thread_given_up_on_is_left_behind_until_it_ends():
+    # the CLI leaves by os._exit while one runs: back from TF's C++ runtime at exit, it would abort the process
+    import threading
+
+    from edgemesh_tf.cluster.watch import left_behind
+    release = threading.Event()
+    with pytest.raises(DeviceDied, match="pi1"):
+        watched(lambda: release.wait(30), _dies_after(0.1, "process exited: pi1 (pid 3, exit code -9)"), 60,
+                "profiling", poll_s=0.05)
+    ours = [t for t in left_behind() if t.name == "watched: profiling"]  # the other tests' may run on
+    assert len(ours) == 1
+    release.set()
+    ours[0].join(5)
+    assert ours[0] not in left_behind()
+    assert watched(lambda: 7, lambda: None, 5, "x") == 7 and all(t.name != "watched: x" for t in left_behind())
+
+
+def test_raise_if_died_names_the_dead_device_else_lets_the_error_stand():
+    from edgemesh_tf.cluster.watch import raise_if_died
+    with pytest.raises(DeviceDied, match="pi2 .*out of memory"):
+        raise_if_died(_dies_after(0.05, "process exited: pi2 (pid 2, exit code -9) (out of memory: ...)"), reap_s=0.2)
+    raise_if_died(lambda: None, reap_s=0.01)  # no device died: nothing raised
