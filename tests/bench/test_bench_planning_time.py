@@ -38,6 +38,7 @@ def test_the_benchmark_plans_every_regime_and_the_report_shows_each(tmp_path):
     res = json.loads(done.stdout)
     assert [(r["link_mbit"], r["spread"]) for r in res["regimes"]] == [(10, 1), (10, 8), (1000, 1), (1000, 8)]
     assert all(r["devices"] == 6 and r["groups"] >= 1 and r["examples_per_sec"] > 0 for r in res["regimes"])
+    assert res["same_plans_in_one_process"] and all(r["one_process_seconds"] > 0 for r in res["regimes"])
     assert res["max_seconds"] == max(r["seconds"] for r in res["regimes"])
     assert res["within_bound"] == (res["over_bound"] == 0)
     text, plots = report_sections.planning_time_section({"status": "ok", "result": res}, str(tmp_path))
@@ -45,9 +46,15 @@ def test_the_benchmark_plans_every_regime_and_the_report_shows_each(tmp_path):
     over = dict(res, max_seconds=12.5, within_bound=False, over_bound=1)
     text = report_sections.planning_time_section({"status": "ok", "result": over}, str(tmp_path))[0]
     assert "**not met** in 1 of 4 regimes" in text and "Slowest: 12.5 s" in text
+    other = dict(res, regimes=[dict(res["regimes"][0], same_plan_in_one_process=False)] + res["regimes"][1:],
+                 same_plans_in_one_process=False)
+    text = report_sections.planning_time_section({"status": "ok", "result": other}, str(tmp_path))[0]
+    assert text.count("(**another plan**)") == 1 and ", **with another plan**." in text
 
 
 @pytest.mark.subprocess
 def test_bad_input_names_the_option():
     done = _run("--spreads", "0.5")
     assert done.returncode != 0 and "--spreads [0.5]" in done.stderr
+    done = _run("--workers", "0")
+    assert done.returncode != 0 and "--workers 0" in done.stderr
