@@ -39,7 +39,7 @@ test-fast: install
 	$(BIN)/python -m pytest -q -n 2 -m "not emulator and not browser and not subprocess and not slow" tests
 
 # Every benchmark (JSON in bench/results/) and bench/REPORT.md with its plots; ~94 min (time_to_accuracy ~36, job_prediction ~20,
-# edgemesh_claims ~19.5, faults ~8.2, planning_time ~2).
+# edgemesh_claims ~19.5, faults ~8.2, planning_time ~3).
 # QUICK=1: a 9 min smoke run of the same pipeline into bench/quick/ (not evidence).
 # The emulated benchmarks need root (network namespaces, cgroups).
 bench: install
