@@ -17,7 +17,9 @@ planner then divides in turn.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import dataclasses
+import logging
 import multiprocessing
 import sys
 import threading
@@ -44,6 +46,8 @@ def relabelled(division: Division, source: Sequence[DeviceProfile], target: Sequ
 
 
 _WORKER_DIVIDE: Callable[..., Division] | None = None  # a pool worker's divide, set once when it starts
+DIVIDE_TIMEOUT_S = 600.0  # a batch of groups divided in the pool; past it the planner divides them in turn
+CLOSE_WAIT_S = 5.0  # a worker's time to stop when the pool closes, before it is terminated
 
 
 def _start_worker(divide: Callable[..., Division]) -> None:
@@ -63,26 +67,50 @@ def fork_safe() -> bool:
     return threading.active_count() == 1 and "tensorflow" not in sys.modules
 
 
+class PoolFailed(RuntimeError):
+    """The pool's processes did not divide a batch of groups: one died, or the batch outlasted its bound."""
+
+
 class DivisionPool:
     """``workers`` processes that divide groups with ``divide`` (picklable: a module-level function or a
-    functools.partial of one). A context manager: leaving it ends the processes."""
+    functools.partial of one). A context manager: leaving it ends the processes. ``timeout_s`` bounds
+    each ``map``."""
 
-    def __init__(self, divide: Callable[..., Division], workers: int):
+    def __init__(self, divide: Callable[..., Division], workers: int, timeout_s: float = DIVIDE_TIMEOUT_S):
         self._executor = concurrent.futures.ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("fork"), initializer=_start_worker,
             initargs=(divide,))
-        self.workers = workers
+        self.workers, self.timeout_s = workers, timeout_s
 
     def map(self, groups: Sequence[Sequence[DeviceProfile]], options: dict) -> list[Division | PlanError]:
-        """Each group's division, or its PlanError, in order."""
+        """Each group's division, or its PlanError, in order; PoolFailed (the processes ended) when a
+        process died or the batch took over ``timeout_s``."""
         chunk = max(1, len(groups) // (4 * self.workers))
-        return list(self._executor.map(_divide_in_worker, groups, [options] * len(groups), chunksize=chunk))
+        try:
+            return list(self._executor.map(_divide_in_worker, groups, [options] * len(groups), chunksize=chunk,
+                                           timeout=self.timeout_s))
+        except (concurrent.futures.process.BrokenProcessPool, concurrent.futures.TimeoutError) as e:
+            self.close()
+            raise PoolFailed("dividing %d groups in %d worker processes: %s" % (
+                len(groups), self.workers, "over %.0f s" % self.timeout_s
+                if isinstance(e, concurrent.futures.TimeoutError) else "a worker process died (%s)" % e)) from e
+
+    def close(self) -> None:
+        """Ends the processes: each is asked to stop and given CLOSE_WAIT_S; one still working after
+        that (a batch past its bound) is terminated, by its process id."""
+        processes = list((getattr(self._executor, "_processes", None) or {}).values())
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        for p in processes:
+            p.join(timeout=CLOSE_WAIT_S)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=CLOSE_WAIT_S)
 
     def __enter__(self) -> DivisionPool:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self.close()
 
 
 class SharedDivisions:
@@ -122,7 +150,7 @@ class SharedDivisions:
         for key, g in zip(keys, groups):
             if key not in self._done:
                 first.setdefault(key, g)
-        found = dict(zip(first, self._pool.map(list(first.values()), options)))
+        found = dict(zip(first, self._map(list(first.values()), options)))
         self.divided += len(found)
         for key, division in found.items():
             if not isinstance(division, PlanError):
@@ -130,7 +158,7 @@ class SharedDivisions:
         errors = {i: found[key] for i, key in enumerate(keys) if first.get(key) is groups[i]
                   and isinstance(found[key], PlanError)}
         again = [i for i, key in enumerate(keys) if key not in self._done and i not in errors]
-        errors.update(zip(again, self._pool.map([groups[i] for i in again], options)))
+        errors.update(zip(again, self._map([groups[i] for i in again], options)))
         self.divided += len(again)
         out: list[Division | PlanError] = []
         for i, (key, g) in enumerate(zip(keys, groups)):
@@ -142,6 +170,23 @@ class SharedDivisions:
                 self.shared += 1
                 division = relabelled(division, source, g)
             out.append(division)
+        return out
+
+    def _map(self, groups: Sequence[Sequence[DeviceProfile]], options: dict) -> list[Division | PlanError]:
+        """The pool's divisions of ``groups`` (PlanErrors in place); where the pool fails, a warning, and
+        they and every later group are divided in this process (the same answers)."""
+        if self._pool is not None:
+            try:
+                return self._pool.map(groups, options)
+            except PoolFailed as e:
+                logging.getLogger(__name__).warning("planner: %s; dividing in this process instead", e)
+                self._pool = None
+        out = []
+        for g in groups:
+            try:
+                out.append(self._divide(g, **options))
+            except PlanError as e:
+                out.append(e)
         return out
 
     def _try(self, group: Sequence[DeviceProfile], options: dict) -> Division | PlanError:

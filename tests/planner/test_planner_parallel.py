@@ -57,3 +57,52 @@ def test_a_process_that_may_not_fork_plans_in_turn(monkeypatch):
     stats = model_stats(VGG32, 32)
     result = plan(profile(VGG32, random_cluster(stats, 20, seed=1), 32), VGG32, workers=2)
     assert result.groups
+
+
+# A pool whose workers die, or outlast the bound: the groups are divided in this process, the same answers.
+FAILING = """
+import functools, json, os, sys, time
+sys.path.insert(0, %r)
+from planner_util import random_cluster
+from edgemesh_tf.models.zoo import get_model
+from edgemesh_tf.planner import divide, model_stats
+from edgemesh_tf.planner.shared_divisions import DivisionPool, SharedDivisions
+PARENT = os.getpid()
+stats = model_stats(get_model("vgg", (32, 32, 3), 10), 32)
+
+def failing(group, how, **options):
+    if os.getpid() != PARENT:
+        if how == "die":
+            os._exit(3)
+        time.sleep(60)
+    return divide(group, stats, **options)
+
+groups = [[d] for d in random_cluster(stats, 6, seed=2)] + [random_cluster(stats, 3, seed=4)]
+out = {}
+for how in ("die", "hang"):
+    t0 = time.monotonic()
+    with DivisionPool(functools.partial(failing, how=how), 2, timeout_s=2.0) as pool:
+        pids = [p.pid for p in pool._executor._processes.values()]
+        got = SharedDivisions(functools.partial(failing, how=how), pool).many(groups, chunks=16)
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    out[how] = {"same": got == SharedDivisions(functools.partial(divide, stats=stats)).many(groups, chunks=16),
+                "alive": alive, "seconds": time.monotonic() - t0}
+print(json.dumps(out))
+""" % HERE
+
+
+@pytest.mark.subprocess
+def test_a_pool_that_dies_or_hangs_leaves_the_work_to_this_process_and_no_process_behind():
+    done = subprocess.run([sys.executable, "-c", FAILING], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    for how in ("die", "hang"):
+        assert found[how]["same"] and found[how]["alive"] == [], (how, found[how])
+    assert found["hang"]["seconds"] < 30  # the bound (2 s) and the close (5 s), not the workers' 60 s
+    assert done.stderr.count("dividing in this process instead") == 2
