@@ -123,7 +123,7 @@ class _Current:
         """``Grid.score`` of the neighbour ``move`` makes, from the groups it changes."""
         if self.whole:
             return self.grid.score(neighbour(self.partition, move))
-        new = [self.grid.group(g) for g in [move[1][i] for i in sorted(move[1])] + list(move[2])]
+        new = [self.grid.group(g) for g in new_groups(move)]
         bad = next((d for d in new if isinstance(d, PlanError)), None)
         if bad is not None:
             return bad
@@ -134,6 +134,12 @@ class _Current:
             return self.summed.combine(self.summed.term(divs[0].prediction, False), 1), divs
         terms = _edited(self.terms, move, [self.summed.term(d.prediction, True) for d in new])
         return self.summed.combine(sum(terms), len(divs)), divs
+
+
+def new_groups(move: Move) -> list[tuple[str, ...]]:
+    """The groups ``move`` makes, in the order its neighbour holds them: the replaced ones by index,
+    then the appended ones."""
+    return [move[1][i] for i in sorted(move[1])] + list(move[2])
 
 
 def _edited(items: list, move: Move, new: list) -> list:
@@ -179,7 +185,7 @@ def moves(groups: Partition, free: Sequence[str], large: bool, forced: bool) -> 
 
 def neighbour(groups: Partition, move: Move) -> Partition:
     """The partition ``move`` makes of ``groups``."""
-    return tuple(_edited(list(groups), move, [move[1][i] for i in sorted(move[1])] + list(move[2])))
+    return tuple(_edited(list(groups), move, new_groups(move)))
 
 
 def seeds(devices: Sequence[DeviceProfile], groups: int | None) -> list[Partition]:
@@ -242,7 +248,7 @@ def search(grid: Grid, devices: Sequence[DeviceProfile], groups: int | None):
         # devices they use, a subset of a merge, which is no device alone and no other merge
         if large:
             grid.prefill([g for move in moves(current.partition, free, large, groups is not None)
-                          for g in list(move[1].values()) + list(move[2])])
+                          for g in new_groups(move)])
         for move in moves(current.partition, free, large, groups is not None):
             scored = current.score(move)
             if isinstance(scored, PlanError):

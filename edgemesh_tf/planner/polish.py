@@ -152,7 +152,7 @@ class _Search:
             if not q:
                 continue
             if sh[l] is None:
-                rows = [c for c in {self.split(l), tuple(q * s for s in even_split(co.units // q, k))} - {None}]
+                rows = list({self.split(l), tuple(q * s for s in even_split(co.units // q, k))} - {None})
                 new, on = np.array(rows, dtype=np.int64).reshape(-1, k), np.ones(len(rows), dtype=bool)
             else:
                 a, b = self.pairs
