@@ -56,7 +56,7 @@ from edgemesh_tf.planner.division import Division, PlanError, divide, speed
 from edgemesh_tf.planner.grid_search import LOCAL_SEARCH_DEVICES, Grid, SummedRate, capability_groups, search
 from edgemesh_tf.planner.model_stats import model_stats
 from edgemesh_tf.planner.shared_divisions import DivisionPool, SharedDivisions, fork_safe
-from edgemesh_tf.profiling.types import DeviceProfile, Profile
+from edgemesh_tf.profiling.types import Profile
 
 STALENESS_PENALTY = 0.1
 SCREEN_CHUNKS = 16
