@@ -214,6 +214,10 @@ class SyncConfig:
                                    "server, which the chief evaluates and checkpoints; it pulls nothing back and "
                                    "runs one phase whatever --sync is. 0: one group runs the strategy's rounds, "
                                    "phases and compression as several groups do.", check=non_negative(" s"))
+    solo_overlap: bool = setting(True, "A job of one group: each commit to the parameter server runs in the "
+                                 "background while the group trains on (no round trip on the step's path; the "
+                                 "last commit, after the last step, is exact). False: the group stops for each "
+                                 "commit.")
 
     def __post_init__(self):
         if self.compression is None and self.strategy in STRATEGIES:

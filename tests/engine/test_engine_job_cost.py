@@ -61,7 +61,8 @@ def test_a_split_groups_copies_ride_with_its_pull_and_push_and_top_k_does_not_sh
     ratio = rules.ashl_controls(sync, job_cost.predicted_timings(split), "shl",
                                 rules.initial_controls(sync, BATCH))["fast"].ratio
     assert shl.push_ms == pytest.approx(150.0 * min(1.0, 2 * ratio) + 40.0)  # top-k of the wire part only
-    solo = job_cost.phase_costs(SyncConfig(strategy="ashl"), {"g": split["fast"]}, {"g": 32})["train"]["g"]
+    solo = job_cost.phase_costs(SyncConfig(strategy="ashl", solo_overlap=False), {"g": split["fast"]},
+                                {"g": 32})["train"]["g"]
     assert (solo.push_ms, solo.pull_ms) == (190.0, 0.0)  # alone: the copy to the masters and the push
 
 
@@ -76,13 +77,18 @@ def test_a_barrier_holds_every_group_to_the_slowest_round_and_asp_holds_none():
 
 
 def test_one_group_alone_trains_on_with_a_push_every_solo_commit_s_and_no_pull():
-    sync = SyncConfig(strategy="ashl", solo_commit_s=2.0)
+    sync = SyncConfig(strategy="ashl", solo_commit_s=2.0, solo_overlap=False)  # it stops for each push
     costs = job_cost.phase_costs(sync, {"g": _pred(100.0)}, {"g": 32})
     assert list(costs) == ["train"]  # nothing between groups to coordinate: no phases
     c = costs["train"]["g"]
     assert (c.local_steps, c.push_ms, c.pull_ms, c.wait_ms) == (20, 150.0, 0.0, 0.0)
     assert job_cost.job_examples_per_sec(sync, {"g": _pred(100.0)}, {"g": 32}) == pytest.approx(
         32 * 20 * 1000 / (20 * 100 + 150))
+    # by default its pushes run beside the next round's iterations: nothing of them on the round's path
+    overlap = SyncConfig(strategy="ashl", solo_commit_s=2.0)
+    c = job_cost.phase_costs(overlap, {"g": _pred(100.0)}, {"g": 32})["train"]["g"]
+    assert (c.local_steps, c.push_ms, c.pull_ms, c.wait_ms) == (20, 0.0, 0.0, 0.0)
+    assert job_cost.job_examples_per_sec(overlap, {"g": _pred(100.0)}, {"g": 32}) == pytest.approx(32 * 1000 / 100)
     assert job_cost.phases_of(sync, 1) == ("train",) and job_cost.phases_of(sync, 2)[0] == "profiling"
 
 

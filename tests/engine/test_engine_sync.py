@@ -99,7 +99,8 @@ def _alone(cluster, em, logdir, **kw):
     """A job of the fast worker alone (ASHL's, constant learning rate): its final record and round log."""
     fast = cluster.device("fast")
     groups = (GroupSpec("fast", Layout(mesh=(("model", 1),), devices=(fast.device_string,)).to_dict(), BATCH["fast"]),)
-    sync = SyncConfig(strategy="ashl", lr_schedule="constant", solo_commit_s=kw.pop("solo_commit_s"))
+    sync = SyncConfig(strategy="ashl", lr_schedule="constant", solo_commit_s=kw.pop("solo_commit_s"),
+                      solo_overlap=kw.pop("solo_overlap", True))
     cfg = job_config(cluster, groups, sync=sync, eval_interval_s=1.0, logdir=logdir, eval_examples=7, **kw)
     final = run_job(cfg, cluster, testbed=em, fast_setup=True)
     assert final["group_exit_codes"] == {"fast": 0}
@@ -109,13 +110,17 @@ def _alone(cluster, em, logdir, **kw):
     return cfg, final, log
 
 
-def test_a_group_alone_pulls_once_and_its_pushes_hold_exactly_its_model(edge2, tmp_path):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_group_alone_pulls_once_and_its_pushes_hold_exactly_its_model(edge2, tmp_path, overlap):
     """A job of one group (rules.py, "solo"): rounds of solo_commit_s of training, each a dense push, and no
-    pull after the first: the ps's model is exactly single-process SGD on the group's batches."""
+    pull after the first: the ps's model is exactly single-process SGD on the group's batches. With
+    overlap (the default) each push runs while the next round trains (engine/runtime/solo_commit.py),
+    every few ms here: a push that read the model at one time and moved the anchors by a later reading
+    (a push and then a rebase) loses the steps between them, and this test fails."""
     cluster, em = edge2
     lr = 0.05
     cfg, final, log = _alone(cluster, em, str(tmp_path), solo_commit_s=0.02, learning_rate=lr, momentum=0.0,
-                             max_steps=40, time_budget_s=60)
+                             max_steps=40, time_budget_s=60, solo_overlap=overlap)
     totals = final["groups"]["fast"]
     assert len(log) >= 3 and totals["commits"] == len(log)
     assert totals["bytes_received"] == totals["bytes_sent"] / len(log)  # one pull, of a dense push's bytes
@@ -138,8 +143,8 @@ def test_a_group_alone_pulls_once_and_its_pushes_hold_exactly_its_model(edge2, t
 
 def test_a_group_alone_trains_within_15_percent_of_its_own_step_rate(edge2, tmp_path):
     """Issue 45's "one-group job": its examples/s over the training time against its own step rate
-    (examples per second of compute), in one run: no parameter-server round trip on its path but a
-    push every solo_commit_s."""
+    (examples per second of compute), in one run: no parameter-server round trip on its path (a push
+    every solo_commit_s, beside the next round's iterations)."""
     cluster, em = edge2
     _, final, log = _alone(cluster, em, str(tmp_path), solo_commit_s=1.0, time_budget_s=4.0)
     totals, time_of = final["groups"]["fast"], final["group_time"]["fast"]

@@ -23,7 +23,9 @@ same rules the chief applies, on the predicted timings instead of measured ones:
     rate_g   = batch_g * H_g * 1000 / (round_g + wait_g)               examples/s
 
 One group alone ("solo", rules.py) runs one phase of rounds of solo_commit_s of training and a dense
-push, with no pull and no wait: H = solo_commit_s / step. The job's rate is the phases' rates weighted by the share of
+push, with no pull and no wait: H = solo_commit_s / step. With ``solo_overlap`` (the default) its push runs
+beside the next round's iterations (engine/runtime/solo_commit.py): none of it is on the round's path, so
+rate = batch * 1000 / step. The job's rate is the phases' rates weighted by the share of
 the training time each is expected to take (``PHASE_WEIGHTS``; ASHL's profiling round is one round,
 weight 0) and divided by the planner's staleness charge (``planner.staleness_charge``: G groups
 commit on weights about G - 1 commits old). ``objective`` is that rate as the planner's objective.
@@ -107,8 +109,9 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
     if rules.solo(sync, len(timings)):
         t, = timings
         h = max(1, round(sync.solo_commit_s * 1000.0 / t.iter_ms))
-        return {"train": {t.name: PhaseCost(t.iter_ms, h, t.push_ms, 0.0, 0.0,
-                                            batch[t.name] * h * 1000.0 / (h * t.iter_ms + t.push_ms))}}
+        push = 0.0 if sync.solo_overlap else t.push_ms  # the commit's part on the round's path
+        return {"train": {t.name: PhaseCost(t.iter_ms, h, push, 0.0, 0.0,
+                                            batch[t.name] * h * 1000.0 / (h * t.iter_ms + push))}}
     out = {}
     for phase in phases_of(sync, len(timings)):
         controls = _controls(sync, timings, phase, batch)
@@ -150,9 +153,10 @@ def objective(sync: SyncConfig, staleness_penalty: float = STALENESS_PENALTY
     def rate(preds: Sequence[GroupPrediction], batch: int) -> float:
         named = {"g%d" % i: p for i, p in enumerate(preds)}
         return job_examples_per_sec(sync, named, {g: batch for g in named}, staleness_penalty)
-    rate.describes = ("the job %s runs: each phase's rounds (%s; one group alone: rounds of %.0f s and a push)"
+    rate.describes = ("the job %s runs: each phase's rounds (%s; one group alone: rounds of %.0f s and a push%s)"
                       % (sync.strategy, ", ".join("%s %.0f%%" % (p, 100 * w) for p, w in phase_weights(sync).items()
-                                                  if w), sync.solo_commit_s))
+                                                  if w), sync.solo_commit_s,
+                         " beside the next round" if sync.solo_overlap else ""))
     return rate
 
 

@@ -5,6 +5,9 @@ server and the control board.
     push      delta = master - anchor (+ residual) -> the ps, dense or top-k (`ratio` < 1)
     rebase    anchor := master, on each master's device: after a push that left the ps holding
               the replica's model (a job of one group, rules.py), in place of a pull
+    publish   a dense push that also moves each anchor by what it added to the ps, in one run: the
+              ps and the anchors stay equal whenever the masters are read (a group alone that
+              commits while it trains on, engine/runtime/solo_commit.py)
 The replica trains on its slices; `copy_masters_to_slices` / `copy_slices_to_masters` move whole
 tensors between masters and slices around a round (momentum buffers stay the group's own). Bytes: a pull moves
 `ps.pull_bytes`; a dense push `ps.dense_push_bytes`; a top-k push 12 bytes per entry (float32
@@ -26,7 +29,7 @@ from edgemesh_tf.training.graph import TrainGraph, build_train_graph
 @dataclasses.dataclass
 class ReplicaGraph:
     """Handles into a replica graph (see the module docstring). ratio / scale: float32 scalar
-    placeholders of a push; push_dense / push_sparse: fetches {"version", "accepted", "bytes"}."""
+    placeholders of a push; push_dense / push_sparse / publish: fetches {"version", "accepted", "bytes"}."""
 
     train: TrainGraph
     ps: ParameterServer
@@ -38,6 +41,7 @@ class ReplicaGraph:
     scale: tf.Tensor
     push_dense: dict
     push_sparse: dict
+    publish: dict
     local_init: tf.Operation
     counters: dict
 
@@ -78,7 +82,7 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
         with tf.container(container), tf.device(layout.devices[0]):
             ratio = tf.placeholder(tf.float32, [], name="ratio")
             scale = tf.placeholder(tf.float32, [], name="scale")
-            push_dense = push_sparse = {}
+            push_dense = push_sparse = publish = {}
             if group is not None:
                 comps = {n: TopKCompressor(int(v.shape.num_elements()), device=on[n],
                                            name="topk/" + n.replace("/", "_")) for n, v in masters.items()}
@@ -87,16 +91,18 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
                 for n in masters:
                     with tf.device(on[n]):
                         deltas[n] = tf.reshape(masters[n].read_value() - anchors[n].read_value(), [-1])
-                push_dense = _dense(ps, masters, deltas, comps, scale, group, error_feedback)
+                push_dense, pushed = _dense(ps, masters, deltas, comps, scale, group, error_feedback)
+                publish = _publish(push_dense, pushed, anchors, scale)
                 push_sparse = _sparse(ps, deltas, comps, ratio, scale, group, error_feedback)
         local_init = tf.variables_initializer(local)
     return ReplicaGraph(train=g, ps=ps, board=board, masters=masters, pull=pull, rebase=rebase, ratio=ratio,
                         scale=scale,
-                        push_dense=push_dense, push_sparse=push_sparse, local_init=local_init, counters=counters)
+                        push_dense=push_dense, push_sparse=push_sparse, publish=publish, local_init=local_init, counters=counters)
 
 
-def _dense(ps, masters, deltas, comps, scale, group, error_feedback) -> dict:
-    """Dense push of delta + residual; the residual is then empty."""
+def _dense(ps, masters, deltas, comps, scale, group, error_feedback) -> tuple[dict, dict]:
+    """Dense push of delta + residual; the residual is then empty. Returns (its fetches, {tensor: what
+    it pushed, before the scale})."""
     full = {}
     for n in masters:
         with tf.device(masters[n].device):
@@ -110,7 +116,22 @@ def _dense(ps, masters, deltas, comps, scale, group, error_feedback) -> dict:
                 clear.append(c.residual.assign(tf.zeros_like(c.residual), read_value=False))
     with tf.control_dependencies(clear):
         version = tf.identity(push.version)
-    return {"version": version, "accepted": push.accepted, "bytes": tf.constant(push.nbytes, tf.int64)}
+    return {"version": version, "accepted": push.accepted, "bytes": tf.constant(push.nbytes, tf.int64)}, full
+
+
+def _publish(push_dense: dict, pushed: dict, anchors: dict, scale) -> dict:
+    """The dense push, then each anchor += scale * what was pushed (nothing when the ps refused the
+    push), on the anchor's device: the same values the ps added, read once in the same run."""
+    moved = []
+    with tf.control_dependencies([push_dense["version"]]):
+        for n, d in pushed.items():
+            with tf.device(anchors[n].device):
+                step = tf.cast(scale, tf.float32) * d
+                moved.append(anchors[n].assign_add(tf.where(push_dense["accepted"], step, tf.zeros_like(step)),
+                                                   read_value=False))
+    with tf.control_dependencies(moved):
+        version = tf.identity(push_dense["version"])
+    return {**push_dense, "version": version}
 
 
 def _sparse(ps, deltas, comps, ratio, scale, group, error_feedback) -> dict:

@@ -28,6 +28,7 @@ from edgemesh_tf.engine.core import rules
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.core.rules import CUMULATIVE
 from edgemesh_tf.engine.runtime.graph import ReplicaGraph, build_replica_graph
+from edgemesh_tf.engine.runtime.solo_commit import BackgroundCommit
 from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import layout_from_dict
@@ -120,6 +121,8 @@ class GroupRunner:
         self._done = False  # made its max_rounds: every later report says so
         self.solo = rules.solo(cfg.sync, len(cfg.groups))
         self._synced = False  # a group alone: the ps holds its model (its last push was accepted), no pull needed
+        # a group alone that commits while it trains on (solo_commit.py), else None
+        self._background = BackgroundCommit(self.name) if self.solo and cfg.sync.solo_overlap else None
         os.makedirs(os.path.join(cfg.logdir, "groups"), exist_ok=True)
         self.log = open(os.path.join(cfg.logdir, "groups", self.name + ".jsonl"), "a")
 
@@ -231,18 +234,25 @@ class GroupRunner:
                 self._wait(sess, lambda v: not self.g.board.controls_of(v)[self.name].lost,
                            "re-admission by the chief", cfg.startup_timeout_s)
                 self._joining = False
-            while True:
-                vals = self._read(sess)
-                if self.g.board.stopped(vals):
-                    break
-                if self.g.board.controls_of(vals)[self.name].lost:
-                    raise DeclaredLost("group %s: the chief declared this group lost (no report for longer than "
-                                       "%.0f s); leaving" % (self.name, cfg.lost_after_s))
-                if cfg.max_rounds and self._round >= cfg.max_rounds:
-                    self._report(sess, loss=self._last_loss, done=True)
-                    self._wait(sess, lambda v: False, "the chief's stop flag after the last round")
-                    break
-                self._one_round(sess, vals)
+            try:
+                while True:
+                    vals = self._read(sess)
+                    if self.g.board.stopped(vals):
+                        break
+                    if self.g.board.controls_of(vals)[self.name].lost:
+                        raise DeclaredLost("group %s: the chief declared this group lost (no report for longer "
+                                           "than %.0f s); leaving" % (self.name, cfg.lost_after_s))
+                    if cfg.max_rounds and self._round >= cfg.max_rounds:
+                        self._settle_commit()
+                        self._report(sess, loss=self._last_loss, done=True)
+                        self._wait(sess, lambda v: False, "the chief's stop flag after the last round")
+                        break
+                    self._one_round(sess, vals)
+                if self._settle_commit():  # the commit after the last step: the ps holds the final model
+                    self._report(sess, loss=self._last_loss)  # and the chief the totals that count it
+            finally:
+                if self._background is not None:  # the session must not close under a commit in flight
+                    self._background.close()
         self.log.close()
         return self.totals
 
@@ -269,7 +279,9 @@ class GroupRunner:
         # sending half the model (at 0.5 it took ~5 s of set-up on a 10 Mbit/s link)
         for push, ratio in ((g.push_dense, 1.0), (g.push_sparse, 0.001)):
             self._run_again_if_lost(sess, push, {g.ratio: ratio, g.scale: 0.0})
-        if self.solo:  # a group alone rebases its anchors after each push instead of pulling
+        if self._background is not None:  # a group alone that commits in the background publishes
+            self._run_again_if_lost(sess, g.publish, {g.scale: 0.0})
+        elif self.solo:  # a group alone rebases its anchors after each push instead of pulling
             self._run_again_if_lost(sess, g.rebase)
         self._run_again_if_lost(sess, [g.train.init_op, g.local_init])  # momentum and error feedback start empty
         self._last_round_s = time.monotonic() - t0
@@ -285,6 +297,8 @@ class GroupRunner:
         if phase != self._phase:  # the learning-rate schedule restarts with each phase
             self._phase, self._phase_commits = phase, 0
         lr = rules.learning_rate(self.cfg.sync, self.cfg.learning_rate, phase, self._phase_commits)
+        if self._background is not None:
+            return self._solo_round(sess, vals, rule, phase, lr)
         t_start = time.time()
         own = self._commits(vals)[self.name]
         waited = 0.0
@@ -301,7 +315,7 @@ class GroupRunner:
             self._run(sess, self.g.pull)
             self._run(sess, self.g.train.copy_masters_to_slices)
         pull_s = time.monotonic() - t0
-        n, losses, step_s = self._train_steps(sess, rule, self._batches(controls), lr)
+        n, losses, step_s = self._train_steps(sess, rule, self._batches(self.g.board.controls_of(vals)), lr)
         if rule.wait == "barrier":  # BSP: nobody pushes round r+1 before every live group has pulled it
             w, vals = self._wait(sess, lambda v: rules.barrier_passed(own + 1, self._counts(v, "pulls"),
                                                                       board.controls_of(v)),
@@ -346,6 +360,64 @@ class GroupRunner:
         self._pending = self._stats(rec["loss"], round_s=time.time() - t_start)
         if phase == "profiling" and self.profile and self._round == PROFILE_ROUNDS:
             self._report(sess, rec["loss"])  # the chief plans AHL once every group has profiled: tell it now
+
+    def _solo_round(self, sess, vals, rule, phase, lr: float):
+        """A round of a group alone whose commits run in the background (solo_commit.py): a pull only
+        while the ps does not hold its model (the first round, or after a refused commit), timer_s of
+        iterations, then the previous round's commit settled (usually ended long before) and this
+        round's started. Its record is written when its commit settles."""
+        t_start = time.time()
+        t0 = time.monotonic()
+        pulled = not self._synced
+        if pulled:
+            self._run(sess, self.g.pull)
+            self._run(sess, self.g.train.copy_masters_to_slices)
+            self._synced = True
+        pull_s = time.monotonic() - t0
+        n, losses, step_s = self._train_steps(sess, rule, self._batches(self.g.board.controls_of(vals)), lr)
+        t = self.totals
+        t["steps"] += n
+        t["examples"] += n * self.spec_g.batch_size
+        t["compute_s"] += sum(step_s)
+        t["pull_s"] += pull_s
+        t["bytes_received"] += self.g.ps.pull_bytes if pulled else 0
+        self._round += 1
+        rec = {"round": self._round, "phase": phase, "t_start": t_start, "t_end": time.time(),
+               "commits_before": self._commits(vals)[self.name], "commits_seen": self._commits(vals), "bound": 0,
+               "wait": "none", "steps": n, "loss": statistics.fmean(losses), "ratio": 1.0,
+               "learning_rate": lr}
+        t1 = time.monotonic()
+        self._settle_commit()
+        t["push_s"] += time.monotonic() - t1  # the wait for the previous commit: all of it on the step's path
+        if self._synced:
+            self._background.start(lambda: self._commit(sess), rec)
+        else:  # the previous commit was refused (a non-finite model): this round's work is dropped, the next pulls
+            self._record(rec, {"accepted": False, "version": -1, "bytes": 0}, commit_s=0.0)
+        self._pending = self._stats(rec["loss"], round_s=time.time() - t_start)
+
+    def _commit(self, sess) -> dict:
+        self._run(sess, self.g.train.copy_slices_to_masters)
+        return self._run(sess, self.g.publish, {self.g.scale: 1.0})
+
+    def _settle_commit(self) -> bool:
+        """Waits for the background commit in flight, if any, and writes its round's record; whether
+        there was one."""
+        settled = self._background.settle() if self._background is not None else None
+        if settled is None:
+            return False
+        rec, out, seconds = settled
+        self._synced = bool(out["accepted"])
+        self.totals["commits"] += 1
+        self.totals["bytes_sent"] += int(out["bytes"])
+        self._phase_commits += 1
+        self._record(rec, out, commit_s=seconds)
+        return True
+
+    def _record(self, rec: dict, out: dict, commit_s: float) -> None:
+        rec = {**rec, "bytes": int(out["bytes"]), "accepted": bool(out["accepted"]), "version": int(out["version"]),
+               "wait_s": 0.0, "commit_s": round(commit_s, 4)}
+        self.log.write(json.dumps(rec) + "\n")
+        self.log.flush()
 
     def _profile_update(self, step_s, pull_s, push_s):
         """ASHL's profiling pre-training: after PROFILE_ROUNDS rounds (of profile_steps iterations), the
