@@ -34,8 +34,8 @@ except (OSError, AttributeError):  # not Linux
 SO_TIMESTAMPNS = 35  # Linux; not exported by the socket module
 _CMSG_SPACE = socket.CMSG_SPACE(16)
 CHUNK = 64 * 1024
-# The forwarder's own hop (wake-up, sleep overshoot, copy) measured ~0.15 ms each way: it is taken
-# off the emulated delay, so a 2 ms link measures 2 ms and not 2.15-2.3 ms.
+# The forwarder's own hop each way (wake-up, sleep overshoot, copy; measured, docs/DESIGN.md): it is
+# taken off the emulated delay, so that a link measures the delay its cluster file gives.
 HOP_MS = 0.15
 QUEUE_S = 0.05  # rate-limited data buffered ahead of the wire (s), like tbf's queue
 

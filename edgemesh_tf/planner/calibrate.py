@@ -49,8 +49,8 @@ from edgemesh_tf.profiling.types import LayerTiming, Profile
 
 SCALE_RANGE = (0.25, 4.0)  # a factor outside this is a failed measurement, not an overhead
 # Devices of the timed split step: three, so that the per-peer overhead is fitted where a device has
-# two peers. Fitted on a two-way split, lan4's even split over four was predicted at 0.71-0.95x its
-# measured step over four runs (the fit moved 0.4-2.8 ms per peer on the fastest device).
+# two peers (a fit on a two-way split under-predicts wider splits: docs/DESIGN.md, "Figures behind the
+# code's constants").
 SPLIT_STEP_DEVICES = 3
 
 
@@ -87,9 +87,8 @@ def split_step(budgets: Mapping[str, int], spec: ModelSpec, batch: int
     ties: in order) and each split dim's units over them (the dims ``even_split_layout`` splits):
     even if the memory model predicts each device holds its part (with its headroom, ``_fits``),
     else as even as their budgets allow (``memory_fractions``); else the fewer largest, down to two;
-    ((), {}) when not even two hold a split. (On pi4 an even third of VGG-16 is 1% over pi2's 256
-    MiB with VGG-16's headroom: fitted on two devices instead, the per-peer overhead was 0 and the
-    even four-way split predicted at 0.78x its measured step.)"""
+    ((), {}) when not even two hold a split. An uneven split over three keeps the per-peer fit where
+    an even one does not fit (docs/DESIGN.md, "Figures behind the code's constants")."""
     order = sorted(budgets, key=lambda n: -budgets[n])
     stats = model_stats(spec, batch)
     headroom = cost.MEMORY.headroom_for(spec.name)

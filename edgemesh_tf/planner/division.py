@@ -19,8 +19,8 @@ smallest) within the caps. A layer stays replicated when splitting is not faster
 Memory (bytes, linear in the shares, see ``cost``): while a device is over its ``memory_bytes``, cap
 its quanta on one layer by its whole excess (splitting a replicated layer if need be), choosing the
 layer whose re-solved division costs the fewest predicted ms per byte freed; the others absorb the
-units. This part is a heuristic: on random small instances it matched the exhaustive optimum in the
-median, within 6% at the 90th percentile (worst seen 28%), and never missed a feasible plan.
+units. This part is a heuristic, compared with the exhaustive optimum on random small instances
+(tests/planner/test_planner_optimality.py; the figures in docs/DESIGN.md).
 
 The step time that is reported (and checked against measurement) is the event simulation of
 ``simulate``, which the layer-by-layer objective bounds from above. The exact per-layer solution is

@@ -150,8 +150,7 @@ def _finish(profile: Profile, shared: SharedDivisions, chunks, partition, rate) 
     LOCAL_SEARCH_DEVICES devices) each group in turn is offered the devices no group uses, keeping
     the fastest of them it pays to use (``divide(subsets=True)``), if the grid's rate rises. Coarse
     shares give a slow device too large a smallest share, so screening leaves idle devices that pay
-    once shares are fine (VGG-16 on 8/4/4/2 GFLOP/s: the three fastest screened 1.4% faster than all
-    four, and all four are 7.7% faster at full granularity)."""
+    once shares are fine (a case in docs/DESIGN.md, "Figures behind the code's constants")."""
     by_name = {d.name: d for d in profile.devices}
 
     def division(names, subsets):

@@ -25,8 +25,7 @@ ReLU output kept for backward). The factors stand for what the plain count misse
   prediction, less 1; the planner keeps it as headroom below every budget (`headroom`,
   planner/grid.py), so predicted x (1 + fit_error) reaches every peak the fit was measured on.
   model_errors: the same per model measured ((name, error) pairs): a plan of a measured model keeps
-  its own (`headroom_for`; VGG-16's peaks were at most 6.5% over the fit, vgg_wide's 27.3%), any other
-  model the largest.
+  its own (`headroom_for`), any other model the largest.
 - session_bytes, session_factor, session_per_device: the TF master of a session (the graph, its
   optimisation, a partition per device) costs the server it runs on 20-180 MiB, growing with the
   model and the devices (measured: about P + 20 MiB per device). The engine's group

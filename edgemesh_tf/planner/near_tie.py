@@ -1,7 +1,7 @@
 """Near ties between plans: the candidates the cost model cannot tell apart, and how each reads once
 its groups' steps are timed on the cluster (pure: no TensorFlow).
 
-The cost model's step predictions err by up to ~10% (bench/planner.py), and the plan is the candidate
+The cost model's step predictions err by up to about ``tolerance`` (bench/planner.py), and the plan is the candidate
 whose prediction is best, so its error leans optimistic. Plans whose predicted examples/s are within
 ``tolerance`` of the best are therefore timed before training (the main job times each group's step
 on the cluster) and priced again by the same objective with each group's predicted step replaced by

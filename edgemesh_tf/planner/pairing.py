@@ -10,9 +10,9 @@ the layer after it computes only partial gradients of that input, which an allre
 (2 * in_l) where a gather's gradient was a reduce-scatter counted with the gather.
 
 ``best_pairing`` chooses the pairs exactly (a dynamic programme over the layers). For the zoo's
-VGG-class models it saves 0.3% (vgg16 at 32x32) to 3% (vgg, vgg_wide, vgg_m) of the bytes
-(``tests/planner/test_planner_pairing.py``): a pair's allreduce moves b's output before pooling,
-which is as large as the two gathers it replaces. Pairing is therefore not built (DESIGN.md).
+VGG-class models it saves a few per cent of the bytes at most (``tests/planner/test_planner_pairing.py``;
+the figures in docs/DESIGN.md): a pair's allreduce moves b's output before pooling, which is as large
+as the two gathers it replaces. Pairing is therefore not built.
 Pure: bytes per example from ``ModelStats``, no profile.
 """
 from __future__ import annotations

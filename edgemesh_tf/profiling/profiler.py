@@ -34,8 +34,8 @@ LARGE_TRANSFER_IF_MS = 40.0
 ONE_PASS_OVER_ROUND_TRIP = 20.0
 WARMUP_STEPS = 2  # whole training steps not counted before the timed ones (the first runs the graph's set-up)
 # Whole and split steps are timed until the median is known to +-STEP_MEDIAN_REL (its distribution-free
-# 90% interval), at least STEP_MIN_REPEATS and at most STEP_MAX_REPEATS steps (a VGG-16 step on a Pi-class
-# device takes 2.5-5 s).
+# 90% interval), at least STEP_MIN_REPEATS and at most STEP_MAX_REPEATS steps (the most a slow device's
+# seconds-long steps allow within the profile's set-up).
 STEP_MEDIAN_REL = 0.04
 STEP_MIN_REPEATS, STEP_MAX_REPEATS = 5, 11
 

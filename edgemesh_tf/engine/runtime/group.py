@@ -315,7 +315,7 @@ class GroupRunner:
             self._run(sess, self.g.pull)
             self._run(sess, self.g.train.copy_masters_to_slices)
         pull_s = time.monotonic() - t0
-        n, losses, step_s = self._train_steps(sess, rule, self._batches(self.g.board.controls_of(vals)), lr)
+        n, losses, step_s = self._train_steps(sess, rule, self._batches(controls), lr)
         if rule.wait == "barrier":  # BSP: nobody pushes round r+1 before every live group has pulled it
             w, vals = self._wait(sess, lambda v: rules.barrier_passed(own + 1, self._counts(v, "pulls"),
                                                                       board.controls_of(v)),
