@@ -96,8 +96,8 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
                 push_sparse = _sparse(ps, deltas, comps, ratio, scale, group, error_feedback)
         local_init = tf.variables_initializer(local)
     return ReplicaGraph(train=g, ps=ps, board=board, masters=masters, pull=pull, rebase=rebase, ratio=ratio,
-                        scale=scale,
-                        push_dense=push_dense, push_sparse=push_sparse, publish=publish, local_init=local_init, counters=counters)
+                        scale=scale, push_dense=push_dense, push_sparse=push_sparse, publish=publish,
+                        local_init=local_init, counters=counters)
 
 
 def _dense(ps, masters, deltas, comps, scale, group, error_feedback) -> tuple[dict, dict]:

@@ -36,6 +36,7 @@ class BackgroundCommit:
         """Runs ``commit()`` in the background; ``context`` (the round it commits) comes back from `settle`."""
         if self._future is not None:
             raise RuntimeError("a commit is already in flight: settle it first")
+
         def timed():
             t0 = time.monotonic()
             out = commit()
