@@ -73,14 +73,14 @@ def _crossings(ops, devices, min_elements=1024):
     return out
 
 
-def test_a_split_replicas_pull_push_and_rebase_send_nothing_between_its_devices(vgg_digits):
-    """The pull, the pushes (dense and top-k, with the residuals they clear or keep) and the rebase
-    each run where their tensor's master lives: only the masters-to-slices copies cross the group's
-    links. (A residual cleared with zeros made on the group's first device sent half the model over
+def test_a_split_replicas_pull_push_and_publish_send_nothing_between_its_devices(vgg_digits):
+    """The pull, the pushes (dense and top-k, with the residuals they clear or keep) and the publish
+    (a dense push whose anchors move with it) each run where their tensor's master lives: only the
+    masters-to-slices copies cross the group's links. (A residual cleared with zeros made on the group's first device sent half the model over
     the link on every dense push.)"""
     d, g = _split_replica(vgg_digits)
     assert len({v.device for v in g.masters.values()}) == 2
-    for name, ops in (("pull", [g.pull]), ("rebase", [g.rebase]),
+    for name, ops in (("pull", [g.pull]), ("publish", [g.publish["version"].op]),
                       ("dense push", [g.push_dense["version"].op]), ("top-k push", [g.push_sparse["version"].op])):
         assert _crossings(ops, d[:2]) == [], name
     assert _crossings([g.train.copy_masters_to_slices], d[:2])  # the check sees a crossing where one is

@@ -18,7 +18,7 @@ phase into a `RoundRule` at the start of every round. No TensorFlow here.
 A job of one group ("solo", whatever the strategy, unless solo_commit_s is 0) has nothing to coordinate: one phase ("train"),
 rounds of solo_commit_s of training, a dense push of scale 1 and no wait. The ps then holds exactly
 the group's model, so the group pulls only in its first round (and after a rejected push): after
-each push its anchors take the pushed values (``ReplicaGraph.rebase``) instead of a pull.
+each push its anchors move by the pushed values (``ReplicaGraph.publish``) instead of a pull.
 """
 from __future__ import annotations
 

@@ -3,11 +3,10 @@ server and the control board.
 
     pull      global model (ps) -> the replica's whole (master) variables and the anchors
     push      delta = master - anchor (+ residual) -> the ps, dense or top-k (`ratio` < 1)
-    rebase    anchor := master, on each master's device: after a push that left the ps holding
-              the replica's model (a job of one group, rules.py), in place of a pull
-    publish   a dense push that also moves each anchor by what it added to the ps, in one run: the
-              ps and the anchors stay equal whenever the masters are read (a group alone that
-              commits while it trains on, engine/runtime/solo_commit.py)
+    publish   a dense push that also moves each anchor by what it added to the ps, in one run: a
+              group alone (rules.py) then starts its next delta from what the ps holds, without a
+              pull, and the ps and the anchors stay equal even when steps run beside the push
+              (engine/runtime/solo_commit.py)
 The replica trains on its slices; `copy_masters_to_slices` / `copy_slices_to_masters` move whole
 tensors between masters and slices around a round (momentum buffers stay the group's own). Bytes: a pull moves
 `ps.pull_bytes`; a dense push `ps.dense_push_bytes`; a top-k push 12 bytes per entry (float32
@@ -36,7 +35,6 @@ class ReplicaGraph:
     board: ControlBoard
     masters: dict
     pull: tf.Operation
-    rebase: tf.Operation
     ratio: tf.Tensor
     scale: tf.Tensor
     push_dense: dict
@@ -74,11 +72,6 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
             pulled = ps.pull(device=on, group=group)
             pull = tf.group(*[masters[n].assign(pulled[n], read_value=False) for n in masters],
                             *[anchors[n].assign(pulled[n], read_value=False) for n in masters], name="pull")
-            rebased = []
-            for n in masters:
-                with tf.device(on[n]):
-                    rebased.append(anchors[n].assign(masters[n].read_value(), read_value=False))
-            rebase = tf.group(*rebased, name="rebase")
         with tf.container(container), tf.device(layout.devices[0]):
             ratio = tf.placeholder(tf.float32, [], name="ratio")
             scale = tf.placeholder(tf.float32, [], name="scale")
@@ -95,7 +88,7 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
                 publish = _publish(push_dense, pushed, anchors, scale)
                 push_sparse = _sparse(ps, deltas, comps, ratio, scale, group, error_feedback)
         local_init = tf.variables_initializer(local)
-    return ReplicaGraph(train=g, ps=ps, board=board, masters=masters, pull=pull, rebase=rebase, ratio=ratio,
+    return ReplicaGraph(train=g, ps=ps, board=board, masters=masters, pull=pull, ratio=ratio,
                         scale=scale, push_dense=push_dense, push_sparse=push_sparse, publish=publish,
                         local_init=local_init, counters=counters)
 

@@ -279,10 +279,8 @@ class GroupRunner:
         # sending half the model (at 0.5 it took ~5 s of set-up on a 10 Mbit/s link)
         for push, ratio in ((g.push_dense, 1.0), (g.push_sparse, 0.001)):
             self._run_again_if_lost(sess, push, {g.ratio: ratio, g.scale: 0.0})
-        if self._background is not None:  # a group alone that commits in the background publishes
+        if self.solo:  # a group alone publishes: its anchors move with the ps instead of pulling
             self._run_again_if_lost(sess, g.publish, {g.scale: 0.0})
-        elif self.solo:  # a group alone rebases its anchors after each push instead of pulling
-            self._run_again_if_lost(sess, g.rebase)
         self._run_again_if_lost(sess, [g.train.init_op, g.local_init])  # momentum and error feedback start empty
         self._last_round_s = time.monotonic() - t0
 
@@ -309,12 +307,8 @@ class GroupRunner:
             if board.stopped(vals):  # the wait ended on the stop flag, not on the bound: no new round
                 return
         seen = self._commits(vals)
-        t0 = time.monotonic()
         pulled = not (self.solo and self._synced)
-        if pulled:
-            self._run(sess, self.g.pull)
-            self._run(sess, self.g.train.copy_masters_to_slices)
-        pull_s = time.monotonic() - t0
+        pull_s = self._pull(sess) if pulled else 0.0
         n, losses, step_s = self._train_steps(sess, rule, self._batches(controls), lr)
         if rule.wait == "barrier":  # BSP: nobody pushes round r+1 before every live group has pulled it
             w, vals = self._wait(sess, lambda v: rules.barrier_passed(own + 1, self._counts(v, "pulls"),
@@ -324,12 +318,10 @@ class GroupRunner:
             if board.stopped(vals):
                 return
         t1 = time.monotonic()
-        self._run(sess, self.g.train.copy_slices_to_masters)
-        push = self.g.push_dense if rule.ratio >= 1.0 else self.g.push_sparse
-        out = self._run(sess, push, {self.g.ratio: min(1.0, rule.ratio), self.g.scale: rule.scale})
+        # a group alone publishes (its anchors move with the ps: the next delta starts from it, without a pull)
+        push = (self.g.publish if self.solo else self.g.push_dense) if rule.ratio >= 1.0 else self.g.push_sparse
+        out = self._commit(sess, push, {self.g.ratio: min(1.0, rule.ratio), self.g.scale: rule.scale})
         self._synced = self.solo and bool(out["accepted"]) and rule.ratio >= 1.0 and rule.scale == 1.0
-        if self._synced:  # the ps now holds the model: the next delta starts from it, without a pull
-            self._run(sess, self.g.rebase)
         push_s = time.monotonic() - t1
         own_after = own + int(bool(out["accepted"]))
         self._phase_commits += 1
@@ -337,16 +329,12 @@ class GroupRunner:
             w, _ = self._wait(sess, lambda v: rules.barrier_passed(own_after, self._commits(v), board.controls_of(v)),
                               "every live group's commit %d (barrier)" % own_after)
             waited += w
+        self._count_iterations(n, step_s, pull_s, pulled)
         t = self.totals
-        t["steps"] += n
-        t["examples"] += n * self.spec_g.batch_size
         t["commits"] += 1
-        t["compute_s"] += sum(step_s)
-        t["pull_s"] += pull_s
         t["push_s"] += push_s
         t["wait_s"] += waited
         t["bytes_sent"] += int(out["bytes"])
-        t["bytes_received"] += self.g.ps.pull_bytes if pulled else 0
         if phase == "profiling" and not self.profile:
             self._profile_update(step_s, pull_s, push_s)
         self._round += 1
@@ -355,8 +343,7 @@ class GroupRunner:
                "steps": n, "loss": statistics.fmean(losses), "ratio": rule.ratio, "bytes": int(out["bytes"]),
                "accepted": bool(out["accepted"]), "version": int(out["version"]), "wait_s": round(waited, 4),
                "learning_rate": lr}
-        self.log.write(json.dumps(rec) + "\n")
-        self.log.flush()
+        self._write(rec)
         self._pending = self._stats(rec["loss"], round_s=time.time() - t_start)
         if phase == "profiling" and self.profile and self._round == PROFILE_ROUNDS:
             self._report(sess, rec["loss"])  # the chief plans AHL once every group has profiled: tell it now
@@ -367,37 +354,49 @@ class GroupRunner:
         iterations, then the previous round's commit settled (usually ended long before) and this
         round's started. Its record is written when its commit settles."""
         t_start = time.time()
-        t0 = time.monotonic()
         pulled = not self._synced
-        if pulled:
-            self._run(sess, self.g.pull)
-            self._run(sess, self.g.train.copy_masters_to_slices)
-            self._synced = True
-        pull_s = time.monotonic() - t0
+        pull_s = self._pull(sess) if pulled else 0.0
+        self._synced = True
         n, losses, step_s = self._train_steps(sess, rule, self._batches(self.g.board.controls_of(vals)), lr)
+        self._count_iterations(n, step_s, pull_s, pulled)
+        self._round += 1
+        seen = self._commits(vals)
+        rec = {"round": self._round, "phase": phase, "t_start": t_start, "t_end": time.time(),
+               "commits_before": seen[self.name], "commits_seen": seen, "bound": 0,
+               "wait": "none", "steps": n, "loss": statistics.fmean(losses), "ratio": 1.0,
+               "learning_rate": lr}
+        t1 = time.monotonic()
+        self._settle_commit()
+        self.totals["push_s"] += time.monotonic() - t1  # the wait for the previous commit: all of it on the path
+        if self._synced:
+            self._background.start(lambda: self._commit(sess, self.g.publish, {self.g.scale: 1.0}), rec)
+        else:  # the previous commit was refused (a non-finite model): this round's work is dropped, the next pulls
+            self._record(rec, {"accepted": False, "version": -1, "bytes": 0}, commit_s=0.0)
+        self._pending = self._stats(rec["loss"], round_s=time.time() - t_start)
+
+    def _pull(self, sess) -> float:
+        """The global model into the masters and the anchors, then the slices; its seconds."""
+        t0 = time.monotonic()
+        self._run(sess, self.g.pull)
+        self._run(sess, self.g.train.copy_masters_to_slices)
+        return time.monotonic() - t0
+
+    def _commit(self, sess, push: dict, feeds: dict) -> dict:
+        """The slices into the masters, then `push` (a push's fetches) fed `feeds`."""
+        self._run(sess, self.g.train.copy_slices_to_masters)
+        return self._run(sess, push, feeds)
+
+    def _count_iterations(self, n: int, step_s, pull_s: float, pulled: bool) -> None:
         t = self.totals
         t["steps"] += n
         t["examples"] += n * self.spec_g.batch_size
         t["compute_s"] += sum(step_s)
         t["pull_s"] += pull_s
         t["bytes_received"] += self.g.ps.pull_bytes if pulled else 0
-        self._round += 1
-        rec = {"round": self._round, "phase": phase, "t_start": t_start, "t_end": time.time(),
-               "commits_before": self._commits(vals)[self.name], "commits_seen": self._commits(vals), "bound": 0,
-               "wait": "none", "steps": n, "loss": statistics.fmean(losses), "ratio": 1.0,
-               "learning_rate": lr}
-        t1 = time.monotonic()
-        self._settle_commit()
-        t["push_s"] += time.monotonic() - t1  # the wait for the previous commit: all of it on the step's path
-        if self._synced:
-            self._background.start(lambda: self._commit(sess), rec)
-        else:  # the previous commit was refused (a non-finite model): this round's work is dropped, the next pulls
-            self._record(rec, {"accepted": False, "version": -1, "bytes": 0}, commit_s=0.0)
-        self._pending = self._stats(rec["loss"], round_s=time.time() - t_start)
 
-    def _commit(self, sess) -> dict:
-        self._run(sess, self.g.train.copy_slices_to_masters)
-        return self._run(sess, self.g.publish, {self.g.scale: 1.0})
+    def _write(self, rec: dict) -> None:
+        self.log.write(json.dumps(rec) + "\n")
+        self.log.flush()
 
     def _settle_commit(self) -> bool:
         """Waits for the background commit in flight, if any, and writes its round's record; whether
@@ -414,10 +413,8 @@ class GroupRunner:
         return True
 
     def _record(self, rec: dict, out: dict, commit_s: float) -> None:
-        rec = {**rec, "bytes": int(out["bytes"]), "accepted": bool(out["accepted"]), "version": int(out["version"]),
-               "wait_s": 0.0, "commit_s": round(commit_s, 4)}
-        self.log.write(json.dumps(rec) + "\n")
-        self.log.flush()
+        self._write({**rec, "bytes": int(out["bytes"]), "accepted": bool(out["accepted"]),
+                     "version": int(out["version"]), "wait_s": 0.0, "commit_s": round(commit_s, 4)})
 
     def _profile_update(self, step_s, pull_s, push_s):
         """ASHL's profiling pre-training: after PROFILE_ROUNDS rounds (of profile_steps iterations), the
