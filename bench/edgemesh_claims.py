@@ -12,13 +12,13 @@ timed only, to check the cost model), `memory_capped` (the named option `memory_
 delay; one group is `filter_split`'s layout, measured once). Delay: ms per example, 1 / sum over replicas of
 (batch / median step). Prints one JSON object; exit 1 if the filter split is not split or the hybrid plan fails.
 """
-import argparse
 import contextlib
 import json
 import statistics
 import sys
 import time
 
+from bench import cli
 from bench.claims_figures import PREDICTED_LAYOUTS, claims, option_figures, prediction_ratios
 from bench.claims_modes import (ModeRunner, commits, even_plan, interleaved, mode_layouts, peak_memory,
                                 per_iteration_ms, proportional)
@@ -31,20 +31,16 @@ from edgemesh_tf.profiling import budgets, profile_servers
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cluster", default="layouts/pi4.yaml")
-    ap.add_argument("--model", default="vgg16")
-    ap.add_argument("--dataset", default="digits32", choices=sorted(IMAGE_SHAPES), help="the input shape only")
-    ap.add_argument("--batch", type=int, default=32, help="examples per model update in every mode")
-    ap.add_argument("--steps", type=int, default=5, help="timed steps per mode")
-    ap.add_argument("--commit-interval", type=int, default=commit_interval(SyncConfig()),
-                    help="local iterations per commit of a multi-group hybrid grid (default: the default strategy's)")
-    ap.add_argument("--hybrid-rounds", type=int, default=3,
-                    help="timed rounds of a multi-group hybrid grid (each --commit-interval iterations)")
-    ap.add_argument("--memory", type=int, default=1, help="0: skip the memory phase (quick runs; every mode is timed)")
-    ap.add_argument("--memory-fraction", type=float, default=0.53,
-                    help="the memory_capped mode's cap: no device above this fraction of the whole model's predicted "
-                         "step on one device (0: no such mode)")
+    ap = cli.parser(__doc__, (
+        ("cluster", "layouts/pi4.yaml"), ("model", "vgg16"),
+        ("dataset", "digits32", "the input shape only", {"choices": sorted(IMAGE_SHAPES)}),
+        ("batch", 32, "examples per model update in every mode"), ("steps", 5, "timed steps per mode"),
+        ("commit-interval", commit_interval(SyncConfig()),
+         "local iterations per commit of a multi-group hybrid grid (default: the default strategy's)"),
+        ("hybrid-rounds", 3, "timed rounds of a multi-group hybrid grid (each --commit-interval iterations)"),
+        ("memory", 1, "0: skip the memory phase (quick runs; every mode is timed)"),
+        ("memory-fraction", 0.53, "the memory_capped mode's cap: no device above this fraction of the whole model's "
+         "predicted step on one device (0: no such mode)")))
     args = ap.parse_args(argv)
     for flag in ("batch", "steps", "commit_interval", "hybrid_rounds"):
         if getattr(args, flag) < 1:
@@ -201,7 +197,7 @@ def main(argv=None):
     out.update({"memory_capped_option": option_figures(out, "memory_capped")} if "memory_capped" in plans else {})
     out.update(uncalibrated_max_error=round(float(max(abs(r - 1) for r in raw.values())), 3) if raw else None,
                seconds=round(time.time() - t_start, 1))
-    print(json.dumps(out, indent=1, default=lambda o: o.item()))  # numpy scalars as plain numbers
+    cli.emit(out, indent=1)
     if out["errors"]:
         sys.exit("edgemesh_claims: " + "; ".join(out["errors"]))
 

@@ -17,16 +17,14 @@ import tempfile
 import threading
 import time
 
-from absl import app, flags
-
+from bench import cli
 from edgemesh_tf.cluster import emulated_cluster, forwarder, free_ports, measure, procs
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("cluster", "layouts/edge4.yaml", "Cluster file.")
-flags.DEFINE_float("tolerance", 0.15, "Allowed relative error of every figure.")
-flags.DEFINE_integer("rounds", 3, "Interleaved rounds of compute timing per device (the fastest counts).")
+OPTIONS = (("cluster", "layouts/edge4.yaml", "Cluster file."),
+           ("tolerance", 0.15, "Allowed relative error of every figure."),
+           ("rounds", 3, "Interleaved rounds of compute timing per device (the fastest counts)."))
 
 
 def _cpu_s(pid: int) -> float:
@@ -97,19 +95,18 @@ def forwarder_cost(mb: float = 50.0, delay_ms: float = 0.5) -> dict:
     return out
 
 
-def main(argv):
-    del argv
+def main():
+    args = cli.parser(__doc__, OPTIONS).parse_args()
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
-    with emulated_cluster(FLAGS.cluster) as cluster:
-        result = measure.measure(cluster, tolerance=FLAGS.tolerance, rounds=FLAGS.rounds)
+    with emulated_cluster(args.cluster) as cluster:
+        result = measure.measure(cluster, tolerance=args.tolerance, rounds=args.rounds)
         result["testbed"] = {k: v for k, v in cluster.summary().items() if k in ("network", "compute", "memory",
                                                                                "latency", "media")}
     result["forwarder"] = forwarder_cost()
-    print(json.dumps(result, indent=1))
-    return 0 if result["all_within_tolerance"] else 1
+    return 0 if cli.emit(result, indent=1)["all_within_tolerance"] else 1
 
 
 if __name__ == "__main__":
-    app.run(main)
+    sys.exit(main())

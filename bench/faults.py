@@ -12,8 +12,6 @@
 All on one testbed, each scenario from every server at its configured speed; devices are SIGKILLed at
 the chief's first record meeting the scenario's condition. --quick: a smoke run.
 """
-import argparse
-import json
 import os
 import signal
 import sys
@@ -22,6 +20,7 @@ import threading
 import time
 import traceback
 
+from bench import cli
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
 from edgemesh_tf.engine import GroupSpec, PSLost, SyncConfig, default_groups, job_config, run_job, records
 
@@ -233,35 +232,29 @@ def scenario_e(cluster, args, work, em):
 
 
 SCENARIOS = {"a": scenario_a, "b": scenario_b, "c": scenario_c, "d": scenario_d, "e": scenario_e}
+OPTIONS = (("cluster", "layouts/edge4.yaml"), ("target", 0.97),
+           ("budget_s", 120.0, "training budget of the runs to target (s)"),
+           ("b_budget_s", 20.0, "training budget of scenario b's runs (s)"),
+           ("b_kill_s", 8.0, "when scenario b kills a device during BSP (s)"),
+           ("d_budget_s", 40.0, "training budget of scenario d's runs (s)"),
+           ("e_budget_s", 60.0, "training budget of scenario e's runs (s)"),
+           ("scenarios", list(SCENARIOS), "comma-separated subset of a..e"),
+           ("quick", False, "target 0.9, shorter budgets (smoke run)"))
+QUICK = {"target": 0.9, "budget_s": 40.0, "b_budget_s": 12.0, "b_kill_s": 4.0, "d_budget_s": 20.0, "e_budget_s": 45.0}
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cluster", default="layouts/edge4.yaml")
-    ap.add_argument("--target", type=float, default=0.97)
-    ap.add_argument("--budget_s", type=float, default=120.0, help="training budget of the runs to target (s)")
-    ap.add_argument("--b_budget_s", type=float, default=20.0, help="training budget of scenario b's runs (s)")
-    ap.add_argument("--b_kill_s", type=float, default=8.0, help="when scenario b kills a device during BSP (s)")
-    ap.add_argument("--d_budget_s", type=float, default=40.0, help="training budget of scenario d's runs (s)")
-    ap.add_argument("--e_budget_s", type=float, default=60.0, help="training budget of scenario e's runs (s)")
-    ap.add_argument("--scenarios", default="a,b,c,d,e", help="comma-separated subset of a..e")
-    ap.add_argument("--quick", action="store_true", help="target 0.9, shorter budgets (smoke run)")
-    args = ap.parse_args()
-    if args.quick:
-        vars(args).update(target=0.9, budget_s=40.0, b_budget_s=12.0, b_kill_s=4.0, d_budget_s=20.0, e_budget_s=45.0)
-    chosen = [x for x in args.scenarios.split(",") if x]
-    unknown = sorted(set(chosen) - set(SCENARIOS))
-    if unknown:
-        sys.exit(f"bench.faults: unknown scenarios {unknown}; expected some of a, b, c, d, e")
+    args = cli.parser(__doc__, OPTIONS).parse_args()
+    vars(args).update(QUICK if args.quick else {})
+    chosen = cli.known(args.scenarios, SCENARIOS, "scenarios", "bench.faults")
     cluster, work, t0, rows = load_cluster(args.cluster), tempfile.mkdtemp(prefix="faults-"), time.time(), []
     with emulated_cluster(cluster) as em:
         for x in chosen:
             _as_configured(em)
             row = SCENARIOS[x](cluster, args, work, em)
             rows += row if isinstance(row, list) else [row]
-    out = {"cluster": args.cluster, "target_accuracy": args.target, "logdirs": work, "scenarios": rows,
-           "all_ok": all(r["ok"] for r in rows), "seconds": round(time.time() - t0, 1)}
-    print(json.dumps(out, indent=1))
+    out = cli.emit({"cluster": args.cluster, "target_accuracy": args.target, "logdirs": work, "scenarios": rows,
+                    "all_ok": all(r["ok"] for r in rows), "seconds": round(time.time() - t0, 1)}, indent=1)
     return 0 if out["all_ok"] else 1
 
 

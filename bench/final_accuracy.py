@@ -12,14 +12,13 @@ time. The check (ASHL's median final accuracy - BSP's >= -0.01) is decided when 
 (`converged`); an ASHL run that had not converged makes its figure a lower bound, so a failing check is
 then undecided.
 """
-import argparse
-import json
 import os
 import statistics
 import sys
 import tempfile
 import time
 
+from bench import cli
 from bench.tta_plan import DEFAULTS, sync_config
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
 
@@ -85,16 +84,12 @@ def bsp_run(seed, args, cluster, em, pool, workdir) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cluster", default="layouts/edge4.yaml")
-    p.add_argument("--dataset", default=DEFAULTS["dataset"])
-    p.add_argument("--model", default=DEFAULTS["model"])
-    p.add_argument("--batch", type=int, default=32, help="batch per group and local iteration")
-    p.add_argument("--seeds", type=int, default=2, help="runs of each strategy (interleaved)")
-    p.add_argument("--ashl_budget_s", type=float, default=300.0, help="ASHL's training time under the limits (s)")
-    p.add_argument("--bsp_budget_s", type=float, default=900.0, help="BSP's training time, limits lifted (s)")
-    p.add_argument("--eval_interval_s", type=float, default=5.0, help="s between evaluations (the chief's CPU)")
-    args = p.parse_args(argv)
+    args = cli.parser(__doc__, (
+        ("cluster", "layouts/edge4.yaml"), ("dataset", DEFAULTS["dataset"]), ("model", DEFAULTS["model"]),
+        ("batch", 32, "batch per group and local iteration"), ("seeds", 2, "runs of each strategy (interleaved)"),
+        ("ashl_budget_s", 300.0, "ASHL's training time under the limits (s)"),
+        ("bsp_budget_s", 900.0, "BSP's training time, limits lifted (s)"),
+        ("eval_interval_s", 5.0, "s between evaluations (the chief's CPU)"))).parse_args(argv)
     from edgemesh_tf.engine import WarmGroups
     cluster, t0, runs = load_cluster(args.cluster), time.monotonic(), {"ashl": [], "bsp": []}
     with tempfile.TemporaryDirectory(prefix="final-accuracy-") as workdir, \
@@ -104,10 +99,9 @@ def main(argv=None):
                 runs[name].append(r := mode(seed, args, cluster, em, pool, workdir))
                 print(f"[final] {name} seed {seed}: accuracy {r['accuracy']:.4f} after {r['budget_s']:.0f} s "
                       f"({r['global_steps']} steps, converged {r['converged']})", file=sys.stderr, flush=True)
-    out = {"cluster": args.cluster, "dataset": args.dataset, "model": args.model, "batch": args.batch,
-           "seeds": args.seeds, "plateau": PLATEAU, "runs": runs, "check": decide(runs["ashl"], runs["bsp"]),
-           "seconds": round(time.monotonic() - t0, 1)}
-    print(json.dumps(out, indent=1, default=lambda o: o.item()))
+    cli.emit({"cluster": args.cluster, "dataset": args.dataset, "model": args.model, "batch": args.batch,
+              "seeds": args.seeds, "plateau": PLATEAU, "runs": runs, "check": decide(runs["ashl"], runs["bsp"]),
+              "seconds": round(time.monotonic() - t0, 1)}, indent=1)
 
 
 if __name__ == "__main__":

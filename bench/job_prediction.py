@@ -10,14 +10,13 @@ predicted and measured step (ms), local iterations per commit, commit and wait (
 examples/s. A row's error is |measured / predicted examples/s - 1|. Prints one JSON object: every
 run's rows and plan, the largest error over all rows, per strategy and per phase.
 """
-import argparse
-import json
 import os
 import sys
 import tempfile
 import time
 
 import edgemesh_tf as em
+from bench import cli
 from edgemesh_tf.engine import STRATEGIES
 
 
@@ -42,38 +41,30 @@ def largest(runs: list[dict], key) -> dict:
     return out
 
 
+OPTIONS = (("clusters", ["layouts/pi4.yaml", "layouts/lan4.yaml"]), ("strategies", list(STRATEGIES)),
+           ("groups", [1, 2], "data-parallel groups of the plans (comma-separated)"), ("model", "vgg_wide"),
+           ("dataset", "digits"), ("budget_s", 40.0, "training time of each job (s)"),
+           ("bound", 0.15, "the largest error accepted, a fraction (`within_bound`; issue 45 asks 15%%)"))
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--clusters", default="layouts/pi4.yaml,layouts/lan4.yaml")
-    p.add_argument("--strategies", default=",".join(STRATEGIES))
-    p.add_argument("--groups", default="1,2", help="data-parallel groups of the plans (comma-separated)")
-    p.add_argument("--model", default="vgg_wide")
-    p.add_argument("--dataset", default="digits")
-    p.add_argument("--budget_s", type=float, default=40.0, help="training time of each job (s)")
-    p.add_argument("--bound", type=float, default=0.15,
-                   help="the largest error accepted, a fraction (`within_bound`; issue 45 asks 15%%)")
-    args = p.parse_args(argv)
-    strategies = [s for s in args.strategies.split(",") if s]
-    unknown = sorted(set(strategies) - set(STRATEGIES))
-    if unknown:
-        sys.exit(f"bench.job_prediction: unknown strategies {unknown}; expected some of {list(STRATEGIES)}")
+    args = cli.parser(__doc__, OPTIONS).parse_args(argv)
+    strategies = cli.known(args.strategies, STRATEGIES, "strategies", "bench.job_prediction")
     t0, work, runs = time.monotonic(), tempfile.mkdtemp(prefix="job-prediction-"), []
-    for cluster in [c for c in args.clusters.split(",") if c]:
-        for groups in [int(g) for g in args.groups.split(",") if g]:
+    for cluster in args.clusters:
+        for groups in args.groups:
             for strategy in strategies:
                 name = f"{os.path.splitext(os.path.basename(cluster))[0]}-{groups}-{strategy}"
                 runs.append(job_rows(cluster, groups, strategy, args, os.path.join(work, name)))
                 print(f"[job_prediction] {name}: " + ", ".join(
                     f"{r['phase']} {r['group']} x{r['ratio']}" for r in runs[-1]["rows"]), file=sys.stderr, flush=True)
     errors = [r["error"] for run in runs for r in run["rows"]]
-    out = {"model": args.model, "dataset": args.dataset, "budget_s": args.budget_s, "bound": args.bound,
-           "runs": runs, "max_error": max(errors, default=None),
-           "max_error_by_strategy": largest(runs, lambda run, row: run["strategy"]),
-           "max_error_by_phase": largest(runs, lambda run, row: row["phase"]),
-           "within_bound": bool(errors) and max(errors) <= args.bound, "seconds": round(time.monotonic() - t0, 1)}
-    print(json.dumps(out))
+    cli.emit({"model": args.model, "dataset": args.dataset, "budget_s": args.budget_s, "bound": args.bound,
+              "runs": runs, "max_error": max(errors, default=None),
+              "max_error_by_strategy": largest(runs, lambda run, row: run["strategy"]),
+              "max_error_by_phase": largest(runs, lambda run, row: row["phase"]),
+              "within_bound": bool(errors) and max(errors) <= args.bound, "seconds": round(time.monotonic() - t0, 1)})
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,7 +17,6 @@ prediction, the largest error of each and each model's error when it is left out
 fit's error over all points is the planner's memory headroom. --write stores the fit in
 edgemesh_tf/planner/memory_fit.json, which the planner then uses. Prints one JSON object.
 """
-import argparse
 import dataclasses
 import json
 import math
@@ -25,6 +24,7 @@ import os
 import sys
 import time
 
+from bench import cli
 from edgemesh_tf.cluster import emulated_cluster, free_ports, parse_cluster
 from edgemesh_tf.data import IMAGE_SHAPES
 from edgemesh_tf.engine import RoundRunner
@@ -131,28 +131,23 @@ def report(points, models, sessions=(), replicas=()) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="vgg,vgg_wide,vgg_m,vgg16")
-    ap.add_argument("--batches", default="8,32")
-    ap.add_argument("--ways", default="1,2,4")
-    ap.add_argument("--dataset", default="cifar10", choices=sorted(IMAGE_SHAPES))
-    ap.add_argument("--steps", type=int, default=10, help="steps (replicas: rounds) per point, see above")
-    ap.add_argument("--replica-models", default="vgg16,vgg_wide",
-                    help="models whose engine replicas are measured at the largest batch (the replica terms)")
-    ap.add_argument("--simd_bits", default="512,128", help="SIMD widths the workers compute at (cluster/simd.py)")
-    ap.add_argument("--write", action="store_true", help="store the fit in " + memory.FIT_PATH)
-    args = ap.parse_args()
+    args = cli.parser(__doc__, (
+        ("models", ["vgg", "vgg_wide", "vgg_m", "vgg16"]), ("batches", [8, 32]), ("ways", [1, 2, 4]),
+        ("dataset", "cifar10", None, {"choices": sorted(IMAGE_SHAPES)}),
+        ("steps", 10, "steps (replicas: rounds) per point, see above"),
+        ("replica-models", ["vgg16", "vgg_wide"],
+         "models whose engine replicas are measured at the largest batch (the replica terms)"),
+        ("simd_bits", [512, 128], "SIMD widths the workers compute at (cluster/simd.py)"),
+        ("write", False, "store the fit in " + memory.FIT_PATH))).parse_args()
     t0 = time.time()
-    models = [m for m in args.models.split(",") if m]
-    batches, ways = [int(x) for x in args.batches.split(",") if x], [int(x) for x in args.ways.split(",") if x]
-    jobs = [(m, b, False) for m in models for b in batches]  # (model, batch, an engine replica)
-    jobs += [(m, max(batches), True) for m in args.replica_models.split(",") if m]
+    jobs = [(m, b, False) for m in args.models for b in args.batches]  # (model, batch, an engine replica)
+    jobs += [(m, max(args.batches), True) for m in args.replica_models]
     points, sessions, replicas, point_bits, replica_bits = [], [], [], [], []
-    for bits in [int(x) for x in args.simd_bits.split(",") if x]:
+    for bits in args.simd_bits:
         for m, b, replica in jobs:
             spec = get_model(m, IMAGE_SHAPES[args.dataset], 10)
             stats = model_stats(spec, b)
-            for w in ways:
+            for w in args.ways:
                 devices, session = measure(spec, b, w, args.steps, bits, replica=replica)
                 (replicas if replica else points).extend((m, stats, held, peak, w, i)
                                                          for i, (held, peak) in enumerate(devices))
@@ -162,12 +157,11 @@ def main():
                 print(f"[memory_fit] {m}{' replica' if replica else ''} batch {b} on {w} at {bits} bits: "
                       f"{[round(peak / 2 ** 20) for _, peak in devices]} MiB"
                       + (f", session host {session / 2 ** 20:.0f} MiB" if session else ""), file=sys.stderr, flush=True)
-    fit = report(points, models, sessions, replicas)
+    fit = report(points, args.models, sessions, replicas)
     for rows, bits in ((fit["points"], point_bits), (fit.get("replicas", []), replica_bits)):
         for row, b in zip(rows, bits):
             row["simd_bits"] = b
-    out = {"dataset": args.dataset, "steps": args.steps, **fit,
-           "seconds": round(time.time() - t0, 1),
+    out = {"dataset": args.dataset, "steps": args.steps, **fit, "seconds": round(time.time() - t0, 1),
            "command": " ".join(["python", "-m", "bench.memory_fit", *sys.argv[1:]])}
     if args.write:
         keep = ("model", "command", "fitted_max_abs_rel_error", "fitted_max_under_prediction",
@@ -175,7 +169,7 @@ def main():
         with open(memory.FIT_PATH, "w") as f:
             json.dump({**{k: out[k] for k in keep}, "date": time.strftime("%Y-%m-%d"), "points": len(points),
                        "replica_points": len(replicas)}, f, indent=1)
-    print(json.dumps(out))
+    cli.emit(out)
 
 
 if __name__ == "__main__":

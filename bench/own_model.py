@@ -10,8 +10,6 @@ to the plain-TF median less one point, judged on the whole test set, within --ti
 ASHL's own decay. Prints one JSON object (`make bench-own-model` records it): each run's accuracy, the
 plain-TF median, whether each edgemesh run reached the target, what the plan split.
 """
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -20,6 +18,7 @@ import time
 import numpy as np
 
 import edgemesh_tf as em
+from bench import cli
 from edgemesh_tf.data import batches, load_dataset, padded_batches
 from edgemesh_tf.mesh import tf
 from edgemesh_tf.models import PlainModel, load_model
@@ -64,28 +63,22 @@ def edgemesh_run(args, seed: int, target: float) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", required=True)
-    p.add_argument("--dataset", default="digits32")
-    p.add_argument("--cluster", default="layouts/pi4.yaml")
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--time_budget_s", type=float, default=240)
-    p.add_argument("--lr_schedule", default="constant", choices=["constant", "cosine"])
-    args = p.parse_args(argv)
-    seeds, t0 = [int(s) for s in args.seeds.split(",")], time.monotonic()
-    plain = {s: round(plain_tf_accuracy(args.model, args.dataset, s, args.epochs), 4) for s in seeds}
+    args = cli.parser(__doc__, (
+        ("model", None, None, {"required": True}), ("dataset", "digits32"), ("cluster", "layouts/pi4.yaml"),
+        ("seeds", [0, 1, 2]), ("epochs", 30), ("time_budget_s", 240.0),
+        ("lr_schedule", "constant", None, {"choices": ["constant", "cosine"]}))).parse_args(argv)
+    t0 = time.monotonic()
+    plain = {s: round(plain_tf_accuracy(args.model, args.dataset, s, args.epochs), 4) for s in args.seeds}
     reference = statistics.median(plain.values())
     target = round(reference - 0.01, 4)
-    runs = {s: edgemesh_run(args, s, target) for s in seeds}
+    runs = {s: edgemesh_run(args, s, target) for s in args.seeds}
     out = {"model": args.model, "dataset": args.dataset, "cluster": args.cluster, "epochs": args.epochs,
            "lr_schedule": args.lr_schedule, "plain_tf_one_device": plain, "plain_tf_median": reference,
            "target": target, "target_judged_on": "the whole test set", "edgemesh": runs,
            "edgemesh_median": statistics.median(r["accuracy"] for r in runs.values()),
            "all_reached": all(r["reached"] for r in runs.values()),
            "any_split": any(r["planned"]["splits"] for r in runs.values()), "seconds": round(time.monotonic() - t0, 1)}
-    print(json.dumps(out))
-    return 0 if out["all_reached"] else 1
+    return 0 if cli.emit(out)["all_reached"] else 1
 
 
 if __name__ == "__main__":

@@ -14,11 +14,11 @@ each round's largest error), since this machine's speed drifts over minutes.
 Prints one JSON object. (Peak memory of a split against one device is bench/edgemesh_claims.py's; the
 planning time on large clusters is bench/planning_time.py's.)
 """
-import argparse
 import json
 import statistics
 import time
 
+from bench import cli
 from edgemesh_tf.cluster import emulated_cluster, load_cluster, watched
 from edgemesh_tf.data import IMAGE_SHAPES
 from edgemesh_tf.mesh import even_split_layout, single_device_layout, tf
@@ -30,54 +30,48 @@ from edgemesh_tf.profiling import LayoutRunner, budgets, measure_side_by_side, p
 def profile_and_measure(em, cluster, spec, args) -> dict:
     """One round on a running testbed: profile every worker, plan one group, and measure the planned
     layout, the even splits and each worker alone side by side against their predicted steps."""
-    workers = [d.name for d in cluster.workers]
-    master = cluster.master.device_string
-    out = {}
-    t0 = time.time()
-    profile = profile_workers(cluster, spec, args.batch, em.session_target,
-                              {n: d.pid for n, d in em.devices.items()},
+    workers, t0 = [d.name for d in cluster.workers], time.time()
+    profile = profile_workers(cluster, spec, args.batch, em.session_target, {n: d.pid for n, d in em.devices.items()},
                               **steps_to_time(budgets(cluster), spec, args.batch))
     cal = calibrated(profile, spec)  # the plan's model (planner/calibrate.py); as measured reported beside it
-    out["profile_s"] = round(time.time() - t0, 1)
-    out["profile"] = json.loads(profile.to_json())  # as measured: lets the cost model be re-checked offline
+    out = {"profile_s": round(time.time() - t0, 1),
+           "profile": json.loads(profile.to_json())}  # as measured: lets the cost model be re-checked offline
     stats = model_stats(spec, args.batch)
     planned = plan(profile, spec, batch=args.batch, engine=False).groups[0]  # the plain layout measured here
-    even, even_assign = even_split_layout(spec.split_dims(), [em.device(n) for n in workers])
-    layouts = {"planned": planned.layout, "even": even}
-    assigns = {"planned": (planned.names, dict(planned.layout.sizes)), "even": (workers, even_assign)}
+    layouts = {"planned": (planned.layout, planned.names, dict(planned.layout.sizes))}  # (layout, devices, sizes)
+    evens = {"even": workers}
     if len(workers) > 3:  # the calibration's split step is over three: both group sizes are checked
-        three = sorted(workers, key=slowness(profile).get)[:3]
-        layouts["even:3"], assign3 = even_split_layout(spec.split_dims(), [em.device(n) for n in three])
-        assigns["even:3"] = (three, assign3)
-    for n in workers:  # all-replicated: every worker trains the whole model alone
-        layouts["alone:" + n] = single_device_layout(em.device(n))
-        assigns["alone:" + n] = ((n,), {})
-
-    def step_ms(prof, k):
-        names, assign = assigns[k]
-        return predict([prof.device(n) for n in names], stats, assign, profile_batch=profile.batch).step_ms
-    pred = {k: planned.prediction.step_ms if k == "planned" else step_ms(cal, k) for k in layouts}
-    raw = {k: step_ms(profile, k) for k in layouts}
-    runners = {k: LayoutRunner(spec, lay, args.batch, em.session_target, master, container=k.replace(":", "_"))
-               for k, lay in layouts.items()}
+        evens["even:3"] = sorted(workers, key=slowness(profile).get)[:3]
+    for k, names in evens.items():
+        lay, sizes = even_split_layout(spec.split_dims(), [em.device(n) for n in names])
+        layouts[k] = (lay, names, sizes)
+    # all-replicated: every worker trains the whole model alone
+    layouts.update({"alone:" + n: (single_device_layout(em.device(n)), (n,), {}) for n in workers})
+    step_ms = lambda prof, names, sizes: predict([prof.device(n) for n in names], stats, sizes,  # noqa: E731
+                                                 profile_batch=profile.batch).step_ms
+    containers = {k: k.replace(":", "_") for k in layouts}
+    runners = {k: LayoutRunner(spec, lay, args.batch, em.session_target, cluster.master.device_string,
+                               container=containers[k]) for k, (lay, _, _) in layouts.items()}
     try:
         times = measure_side_by_side(runners, args.steps)
     finally:
         for r in runners.values():
             r.close()
         # the next round builds its layouts in the same containers (the plan's shapes may differ)
-        tf.Session.reset(em.session_target, containers=[k.replace(":", "_") for k in runners])
+        tf.Session.reset(em.session_target, containers=list(containers.values()))
     med = {k: statistics.median(v) for k, v in times.items()}
     sizes = dict(planned.layout.sizes)
     out["planned_layout"] = {"devices": list(planned.names),
                              "sizes": {d.name: list(sizes.get(d.name, ())) or "replicated" for d in stats.dims}}
     out["layouts"] = {}
-    for k in layouts:
+    for k, (_, names, assign) in layouts.items():
+        pred = planned.prediction.step_ms if k == "planned" else step_ms(cal, names, assign)
+        raw = step_ms(profile, names, assign)
         out["layouts"][k] = {
-            "devices": list(assigns[k][0]), "sizes": {d: list(v) for d, v in assigns[k][1].items()},
-            "predicted_step_ms": round(pred[k], 2),
-            "measured_median_step_ms": round(med[k], 2), "predicted_over_measured": round(pred[k] / med[k], 3),
-            "uncalibrated_step_ms": round(raw[k], 2), "uncalibrated_over_measured": round(raw[k] / med[k], 3),
+            "devices": list(names), "sizes": {d: list(v) for d, v in assign.items()},
+            "predicted_step_ms": round(pred, 2),
+            "measured_median_step_ms": round(med[k], 2), "predicted_over_measured": round(pred / med[k], 3),
+            "uncalibrated_step_ms": round(raw, 2), "uncalibrated_over_measured": round(raw / med[k], 3),
             "examples_per_sec": round(args.batch * 1e3 / med[k], 1), "steps": len(times[k])}
     out["planned_over_even_throughput"] = round(med["even"] / med["planned"], 3)
     out["calibration"] = {"compute_scale": cal.compute_scale,  # the split step it was fitted to: out["profile"]
@@ -111,15 +105,12 @@ def max_error(layouts: dict, field: str) -> float:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cluster", default="layouts/edge4.yaml")
-    ap.add_argument("--model", default="vgg")
-    ap.add_argument("--dataset", default="digits", choices=sorted(IMAGE_SHAPES))
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=15, help="timed steps per layout and round")
-    ap.add_argument("--repeats", type=int, default=3, help="rounds of profiling, planning and measuring")
-    ap.add_argument("--round_timeout", type=float, default=1800.0,
-                    help="seconds a round may take before the benchmark fails naming it")
+    ap = cli.parser(__doc__, (
+        ("cluster", "layouts/edge4.yaml"), ("model", "vgg"), ("batch", 32),
+        ("dataset", "digits", None, {"choices": sorted(IMAGE_SHAPES)}),
+        ("steps", 15, "timed steps per layout and round"),
+        ("repeats", 3, "rounds of profiling, planning and measuring"),
+        ("round_timeout", 1800.0, "seconds a round may take before the benchmark fails naming it")))
     args = ap.parse_args()
     if args.repeats < 1 or args.steps < 1:
         ap.error("--repeats and --steps must be at least 1, got %d and %d" % (args.repeats, args.steps))
@@ -136,18 +127,16 @@ def main():
                         "round %d of %d (profile, plan, measure)" % (i + 1, args.repeats))
                 for i in range(args.repeats)]
     out.update(reps[0])  # the first round's profile, plan and calibration; the layouts over all rounds below
-    out["profile_s"] = [r["profile_s"] for r in reps]
-    out["planned_layouts"] = [r["planned_layout"] for r in reps]
-    out["repeats"] = args.repeats
-    out["layouts"] = over_repeats([r["layouts"] for r in reps])
-    out["planned_over_even_throughput"] = round(statistics.median(r["planned_over_even_throughput"] for r in reps), 3)
-    for key, field in (("prediction_max_error", "predicted_over_measured"),
-                       ("uncalibrated_max_error", "uncalibrated_over_measured")):
-        out[key] = max_error(out["layouts"], field)
-    out["repeat_max_errors"] = [max_error(r["layouts"], "predicted_over_measured") for r in reps]
-    out["predictions_within_15pct"] = bool(out["prediction_max_error"] <= 0.15)
-    out["seconds"] = round(time.time() - t_start, 1)
-    print(json.dumps(out, default=lambda o: o.item()))  # numpy scalars as plain numbers
+    layouts = over_repeats([r["layouts"] for r in reps])
+    over_even = round(statistics.median(r["planned_over_even_throughput"] for r in reps), 3)
+    out.update(profile_s=[r["profile_s"] for r in reps], planned_layouts=[r["planned_layout"] for r in reps],
+               repeats=args.repeats, layouts=layouts, planned_over_even_throughput=over_even,
+               prediction_max_error=max_error(layouts, "predicted_over_measured"),
+               uncalibrated_max_error=max_error(layouts, "uncalibrated_over_measured"),
+               repeat_max_errors=[max_error(r["layouts"], "predicted_over_measured") for r in reps])
+    out.update(predictions_within_15pct=bool(out["prediction_max_error"] <= 0.15),
+               seconds=round(time.time() - t_start, 1))
+    cli.emit(out)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,11 @@ dividing groups (the planner's default: this machine's cores) and in one process
 same plan. Prints one JSON object: per regime the seconds of each, groups, their sizes, idle devices,
 the plan's kind and effective examples/s.
 """
-import argparse
-import json
 import os
 import random
 import time
 
+from bench import cli
 from edgemesh_tf.models import get_model
 from edgemesh_tf.planner import model_stats, plan
 from edgemesh_tf.profiling import DeviceProfile, LayerTiming, Profile
@@ -56,15 +55,14 @@ def regime(spec, n: int, link_mbit: float, spread: float, workers: int) -> dict:
             "examples_per_sec": round(result.examples_per_sec, 1)}
 
 
+OPTIONS = (("sizes", [256, 1024], "devices per cluster"), ("links", [10.0, 100.0, 1000.0, 10000.0], "Mbit/s"),
+           ("spreads", [1.0, 8.0, 64.0], "fastest device's speed over the slowest's"),
+           ("workers", os.cpu_count() or 1,
+            "processes dividing groups (default: this machine's cores, as the planner's default)"))
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    numbers = lambda kind: lambda s: [kind(x) for x in s.split(",") if x]  # noqa: E731
-    ap.add_argument("--sizes", type=numbers(int), default=[256, 1024], help="devices per cluster")
-    ap.add_argument("--links", type=numbers(float), default=[10.0, 100.0, 1000.0, 10000.0], help="Mbit/s")
-    ap.add_argument("--spreads", type=numbers(float), default=[1.0, 8.0, 64.0],
-                    help="fastest device's speed over the slowest's")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                    help="processes dividing groups (default: this machine's cores, as the planner's default)")
+    ap = cli.parser(__doc__, OPTIONS)
     args = ap.parse_args()
     bad = [f"--{k} {v}" for k, v in (("sizes", args.sizes), ("links", args.links), ("spreads", args.spreads))
            if not v or min(v) <= 0 or (k == "spreads" and min(v) < 1)] + (
@@ -75,11 +73,10 @@ def main():
     rows = [regime(spec, n, link, spread, args.workers)
             for n in args.sizes for link in args.links for spread in args.spreads]
     worst = max(rows, key=lambda r: r["seconds"])
-    print(json.dumps({"model": spec.name, "bound_s": BOUND_S, "workers": args.workers, "regimes": rows,
-                      "max_seconds": worst["seconds"], "within_bound": worst["seconds"] <= BOUND_S,
-                      "over_bound": sum(r["seconds"] > BOUND_S for r in rows),
-                      "same_plans_in_one_process": all(r["same_plan_in_one_process"] for r in rows)}))
-
+    cli.emit({"model": spec.name, "bound_s": BOUND_S, "workers": args.workers, "regimes": rows,
+              "max_seconds": worst["seconds"], "within_bound": worst["seconds"] <= BOUND_S,
+              "over_bound": sum(r["seconds"] > BOUND_S for r in rows),
+              "same_plans_in_one_process": all(r["same_plan_in_one_process"] for r in rows)})
 
 if __name__ == "__main__":
     main()

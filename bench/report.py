@@ -6,11 +6,11 @@ Reads only <results>/machine.json and <results>/<benchmark>.json (each: status, 
 error, result = the benchmark's own JSON), so a report can be regenerated, or tested, from recorded
 input. Every figure in the report is taken from those files; nothing is measured here.
 """
-import argparse
 import functools
 import json
 import os
 
+from bench import cli
 from bench.report_claims import claims_section
 from bench.report_common import fmt, table
 from bench.report_sections import (emulation_section, faults_section, final_section, job_prediction_section,
@@ -101,10 +101,7 @@ def render(results_dir: str, out_dir: str) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", default=os.path.join(HERE, "results"))
-    ap.add_argument("--out", default=HERE)
-    args = ap.parse_args()
+    args = cli.parser(__doc__, (("results", os.path.join(HERE, "results")), ("out", HERE))).parse_args()
     print(render(args.results, args.out))
 
 

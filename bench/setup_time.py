@@ -6,13 +6,14 @@ cache, then the same command again, `--jobs` pairs, each with a cache of its own
 object: each job's `setup_s`, `train_s`, accuracy and whether it reused the profile (its summary.json),
 the medians of both set-up times and their ratio (rerun / first).
 """
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+
+from bench import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,15 +39,12 @@ def main_job_pairs(cluster_path: str, jobs: int, budget_s: float) -> list[dict]:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cluster", default="layouts/pi4.yaml")
-    ap.add_argument("--jobs", type=int, default=2, help="first-run + rerun pairs of the main job")
-    ap.add_argument("--budget_s", type=float, default=240.0, help="the main job's --time_budget_s")
-    args = ap.parse_args()
+    args = cli.parser(__doc__, (("cluster", "layouts/pi4.yaml"), ("jobs", 2, "first-run + rerun pairs of the main job"),
+                                ("budget_s", 240.0, "the main job's --time_budget_s"))).parse_args()
     pairs = main_job_pairs(args.cluster, args.jobs, args.budget_s)
     median = {run: statistics.median(p[run]["setup_s"] for p in pairs) for run in ("first", "rerun")}
-    print(json.dumps({"cluster": args.cluster, "pairs": pairs, "median_setup_s": median,
-                      "rerun_over_first": round(median["rerun"] / median["first"], 3)}))
+    cli.emit({"cluster": args.cluster, "pairs": pairs, "median_setup_s": median,
+              "rerun_over_first": round(median["rerun"] / median["first"], 3)})
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ is recorded as failed and shown as failed in the report. --quick runs every benc
 `emulation` (its module runs on pi4 as `emulation_pi4`): a smoke run of the whole pipeline whose
 figures are not evidence. bench/report.py renders the report from the recorded files alone.
 """
-import argparse
 import dataclasses
 import importlib.util
 import json
@@ -25,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from bench import report
+from bench import cli, report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -196,17 +195,12 @@ def run_bench(b: Bench, quick: bool) -> dict:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="small smoke run of the whole pipeline; figures are not evidence")
-    ap.add_argument("--results", default=os.path.join(HERE, "results"), help="directory of the recorded JSON")
-    ap.add_argument("--out", default=HERE, help="directory of REPORT.md and its plots")
-    ap.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
-    args = ap.parse_args()
-    only = [n for n in args.only.split(",") if n]
-    unknown = set(only) - {b.name for b in BENCHES}
-    if unknown:
-        sys.exit(f"bench.suite: unknown benchmarks {sorted(unknown)}; expected some of {[b.name for b in BENCHES]}")
+    args = cli.parser(__doc__, (
+        ("quick", False, "small smoke run of the whole pipeline; figures are not evidence"),
+        ("results", os.path.join(HERE, "results"), "directory of the recorded JSON"),
+        ("out", HERE, "directory of REPORT.md and its plots"),
+        ("only", [], "comma-separated benchmark names (default: all)"))).parse_args()
+    only = cli.known(args.only, [b.name for b in BENCHES], "benchmarks", "bench.suite")
     os.makedirs(args.results, exist_ok=True)
     info = machine(shlex.join(["python", "-m", "bench.suite", *sys.argv[1:]]))
     info["quick"] = args.quick

@@ -9,7 +9,6 @@ its strategy as published. A failed run is made again once; --max_minutes caps t
 runs. Statistics (bench/stats.py): an unreached run counts as its budget; medians, bootstrap 95% intervals of the
 ratios of medians, permutation p-values. Prints one JSON object (also to --out). --quick: a smoke run, not evidence.
 """
-import argparse
 import json
 import os
 import signal
@@ -18,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from bench import stats
+from bench import cli, stats
 from bench.tta_plan import (CONFIGS, CONSECUTIVE, DEFAULTS, FINAL_EVAL_EXAMPLES, MANY_SEEDS, QUICK, STRATEGIES,
                             VARIANTS, Clock, base_of, budget_of, csv_names, estimate, plan_of, sync_config)
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
@@ -237,36 +236,33 @@ def _on_sigterm(signum, frame):
     raise Interrupted()
 
 
-OPTIONS = (  # (flag, type, help) of the run's settings; defaults: tta_plan.DEFAULTS (QUICK with --quick)
-    ("cluster", str, "heterogeneous cluster (strategies and variants)"),
-    ("homo_cluster", str, "homogeneous cluster; '' to skip it"), ("dataset", str, None), ("model", str, None),
-    ("target", float, "target held-out accuracy (0..1]"),
-    ("budget_s", float, "training time budget of each run (s); an unreached run counts as this"),
-    ("bsp_budget_s", float, "BSP's own budget (s; 0: --budget_s): over twice ASHL's time"),
-    ("homo_budget_s", float, "budget (s) of every run on --homo_cluster (0: --budget_s)"),
-    ("tail_s", float, "training after the chief has seen the target %d times in a row (s)" % CONSECUTIVE),
-    ("eval_interval_s", float, None), ("eval_examples", int, "held-out images of each evaluation"),
-    ("batch", int, "batch per group and local iteration"),
-    ("strategies", str, "on --cluster, comma-separated, of " + ",".join(STRATEGIES)),
-    ("seeds", int, "seeds of ashl and adsp on --cluster"), ("other_seeds", int, "seeds of the other --strategies"),
-    ("homo_strategies", str, "on --homo_cluster, comma-separated"), ("homo_seeds", int, "seeds of each of them"),
-    ("variants", str, "ASHL variants on --cluster ('' for none), of " + ",".join(VARIANTS)),
-    ("variant_seeds", int, "seeds of each variant"),
-    ("max_minutes", float, "wall-time cap (0: none): strategy runs are always made, a variant run only if the time "
-                           "left after the strategy runs still to come allows it"),
-    ("out", str, "also write the JSON here"))
+OPTIONS = (  # (flag, help) of the run's settings; defaults (and types): tta_plan.DEFAULTS (QUICK with --quick)
+    ("cluster", "heterogeneous cluster (strategies and variants)"),
+    ("homo_cluster", "homogeneous cluster; '' to skip it"), ("dataset", None), ("model", None),
+    ("target", "target held-out accuracy (0..1]"),
+    ("budget_s", "training time budget of each run (s); an unreached run counts as this"),
+    ("bsp_budget_s", "BSP's own budget (s; 0: --budget_s): over twice ASHL's time"),
+    ("homo_budget_s", "budget (s) of every run on --homo_cluster (0: --budget_s)"),
+    ("tail_s", "training after the chief has seen the target %d times in a row (s)" % CONSECUTIVE),
+    ("eval_interval_s", None), ("eval_examples", "held-out images of each evaluation"),
+    ("batch", "batch per group and local iteration"),
+    ("strategies", "on --cluster, comma-separated, of " + ",".join(STRATEGIES)),
+    ("seeds", "seeds of ashl and adsp on --cluster"), ("other_seeds", "seeds of the other --strategies"),
+    ("homo_strategies", "on --homo_cluster, comma-separated"), ("homo_seeds", "seeds of each of them"),
+    ("variants", "ASHL variants on --cluster ('' for none), of " + ",".join(VARIANTS)),
+    ("variant_seeds", "seeds of each variant"),
+    ("max_minutes", "wall-time cap (0: none): strategy runs are always made, a variant run only if the time "
+                    "left after the strategy runs still to come allows it"),
+    ("out", "also write the JSON here"),
+    ("quick", "smoke run of the pipeline (make bench QUICK=1): " + ", ".join(f"--{k} {v}" for k, v in QUICK.items())
+     + " unless given"),
+    ("estimate", "print the estimated wall time (s) by the time model of bench/tta_plan.py, with and without the "
+                 "--max_minutes cap, and exit"))
 
 
-def parser(quick: bool = False) -> argparse.ArgumentParser:
-    d = {**DEFAULTS, **(QUICK if quick else {})}
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for flag, kind, what in OPTIONS:
-        p.add_argument("--" + flag, type=kind, default=d.get(flag), help=what)
-    p.add_argument("--quick", action="store_true", help="smoke run of the pipeline (make bench QUICK=1): "
-                   + ", ".join(f"--{k} {v}" for k, v in QUICK.items()) + " unless given")
-    p.add_argument("--estimate", action="store_true", help="print the estimated wall time (s) by the time model "
-                   "of bench/tta_plan.py, with and without the --max_minutes cap, and exit")
-    return p
+def parser(quick: bool = False):
+    d = {**DEFAULTS, **(QUICK if quick else {}), "quick": False, "estimate": False}
+    return cli.parser(__doc__, [(flag, d.get(flag), what) for flag, what in OPTIONS])
 
 
 def main(argv=None):

@@ -13,14 +13,13 @@ images, on the same two in-process CPU devices, five ways:
 measured side by side (interleaved rounds, so the machine's noise hits all alike). Prints one JSON
 object: median step times (ms) and their ratios.
 """
-import argparse
-import json
 import statistics
 import time
 from types import SimpleNamespace
 
 import numpy as np
 
+from bench import cli
 from edgemesh_tf.mesh import Layout, local_devices, mtf, placement_mesh_impl, session_config, single_device_layout, tf
 from edgemesh_tf.models import PlainModel, get_model
 from edgemesh_tf.profiling import measure_side_by_side
@@ -60,12 +59,8 @@ def mesh_step(spec, batch, layout, feed, mesh_impl=None):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=40, help="measured steps per configuration (>= 30)")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--model", default="vgg")
-    ap.add_argument("--round", type=int, default=5, help="steps per configuration per round")
-    args = ap.parse_args()
+    args = cli.parser(__doc__, (("steps", 40, "measured steps per configuration (>= 30)"), ("batch", 64),
+                                ("model", "vgg"), ("round", 5, "steps per configuration per round"))).parse_args()
     spec, devices = get_model(args.model, (32, 32, 3), 10), local_devices(2)
     dims = spec.split_dims()
     splits = {name: (round(size * 5 / 8), size - round(size * 5 / 8)) for name, size in dims.items()}  # 5:3
@@ -92,8 +87,7 @@ def main():
            "uneven_over_plain_tf": round(med["edgemesh_53"] / med["plain_tf_53"], 3),
            "unsplit_over_plain_tf": round(med["edgemesh_unsplit"] / med["plain_tf"], 3),
            "virtual_processors_over_edgemesh": round(med["virtual_processors"] / med["edgemesh_53"], 3)}
-    print(json.dumps(out))
-    return out
+    return cli.emit(out)
 
 
 if __name__ == "__main__":

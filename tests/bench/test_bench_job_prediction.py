@@ -2,6 +2,7 @@
 errors, and the report's section of them (from a recorded run: ASHL on pi4 with one and two groups)."""
 import json
 import os
+import types
 
 import pytest
 from bench_modules import load
@@ -37,7 +38,7 @@ def test_a_job_s_rows_carry_their_error_and_the_plan(monkeypatch, tmp_path):
                                                    {"phase": "shl", "group": "g", "ratio": None}]},
                 "planned": {"kind": "grid"}, "examples_per_sec": 100.0, "phase_transitions": [["ahl", 0, 0.0]]}
     monkeypatch.setattr(em, "run", run)
-    args = job_prediction.argparse.Namespace(model="vgg_wide", dataset="digits", budget_s=5.0)
+    args = types.SimpleNamespace(model="vgg_wide", dataset="digits", budget_s=5.0)
     got = job_prediction.job_rows("layouts/pi4.yaml", 2, "ashl", args, str(tmp_path))
     assert asked["groups"] == 2 and asked["strategy"] == "ashl" and asked["target_accuracy"] is None
     assert [r["error"] for r in got["rows"]] == [0.2] and got["phases"] == ["ahl"]
