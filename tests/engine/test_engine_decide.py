@@ -174,24 +174,36 @@ def test_a_job_of_one_group_runs_one_phase_on_solo_rounds_whatever_the_strategy(
     assert rules.round_rule(SyncConfig(strategy="bsp"), "train", c, groups=2).wait == "barrier"
 
 
-def test_each_phase_keeps_the_totals_it_began_with_through_a_checkpoint():
-    """What job_cost.measured_phases needs: the groups' totals at each phase's start, in the final record."""
+def test_each_group_s_phase_begins_with_its_first_round_under_the_phase_s_controls():
+    """What job_cost.measured_phases needs, kept through a checkpoint and in the final record: each group's
+    totals when its first round of a phase began. The round in flight at a change of phase read the old
+    controls, so the group's next phase begins at its first commit after the change."""
     m = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
     m.step(decide.Snapshot(0.0, 0.0, stage="start"))
     profiled = {"profiled": 1, "profile_iter_ms": 10, "profile_pull_ms": 5, "profile_push_ms": 5}
     at_ahl = _stats(a={**profiled, "steps": 8, "commits": 1}, b={**profiled, "steps": 8, "commits": 1})
     m.step(_snap(1.0, at_ahl))
+    assert m.phase == "ahl" and m.phase_totals == {"profiling": {}, "ahl": {}}  # a new run starts from zero
+    m.step(_snap(1.5, _stats(a={**profiled, "steps": 16, "commits": 2}, b={**profiled, "steps": 8, "commits": 1})))
+    assert m.phase_totals["ahl"] == {"a": {**m._ticks[-1][1]["a"], "t": 1.5}}  # b's round is still in flight
     at_shl = _stats(a={**profiled, "steps": 40, "commits": 3}, b={**profiled, "steps": 16, "commits": 2})
-    m.step(_snap(2.0, at_shl, evals=[(1.5, 0.5, 0.4)]))
-    assert m.phase == "shl" and set(m.phase_totals) == {"profiling", "ahl", "shl"}
-    assert m.phase_totals["profiling"] == {}  # a new run starts from zero
-    assert m.phase_totals["ahl"]["a"]["steps"] == 8 and m.phase_totals["shl"]["a"]["steps"] == 40
-    m.step(_snap(3.0, _stats(a={**profiled, "steps": 50}, b={**profiled, "steps": 20})))
-    assert m.phase_totals["shl"]["a"]["steps"] == 40  # kept from the phase's start, not overwritten
+    m.step(_snap(2.0, at_shl, evals=[(1.5, 0.5, 0.4)]))  # b's first AHL round began as this tick switched
+    assert m.phase == "shl" and m.phase_totals["shl"] == {}
+    assert m.phase_totals["ahl"]["b"]["steps"] == 16 and m.phase_totals["ahl"]["b"]["t"] == 2.0
+    m.step(_snap(3.0, _stats(a={**profiled, "steps": 50, "commits": 4}, b={**profiled, "steps": 20, "commits": 2})))
+    assert m.phase_totals["shl"] == {"a": {**m._ticks[-1][1]["a"], "t": 3.0}}
+    m.step(_snap(3.5, _stats(a={**profiled, "steps": 60, "commits": 5}, b={**profiled, "steps": 20, "commits": 2})))
+    assert m.phase_totals["shl"]["a"]["steps"] == 50  # kept from its start, not overwritten
     fresh = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
-    fresh.restore(m.state(m._totals(at_shl), 2.0), "ckpt", clock=0.0)
+    fresh.restore(m.state(m._ticks[-1][1], 3.5), "ckpt", clock=0.0)
     assert fresh.phase_totals == m.phase_totals
-    acts = m.step(decide.Snapshot(4.0, 4.0, at_shl, _counters(), evals=[(4.0, 0.6, 0.3)], stage="final"))
+    later = _stats(a={**profiled, "steps": 60, "commits": 5}, b={**profiled, "steps": 24, "commits": 3})
+    resumed = _stats(a={**profiled, "steps": 0, "commits": 0}, b={**profiled, "steps": 4, "commits": 1})
+    for machine, stats in ((m, later), (fresh, resumed)):  # the phase's entry survives the checkpoint (a resumed
+        machine.step(decide.Snapshot(0.0, 0.0, stage="start"))  # group's process counts from zero)
+        machine.step(_snap(4.0, stats))
+        assert machine.phase_totals["shl"]["b"]["steps"] == 24
+    acts = m.step(decide.Snapshot(5.0, 5.0, later, _counters(), evals=[(5.0, 0.6, 0.3)], stage="final"))
     assert acts[-1].record.phase_totals == m.phase_totals
 
 

@@ -157,3 +157,22 @@ def test_measured_phases_and_the_gap_named_by_its_term():
     # a group that made no commit in a phase (shorter than its round) has nothing measured there
     idle = job_cost.measured_phases(transitions, {**phase_totals, "shl": {"g": end["g"]}}, end, 15.0)
     assert "g" not in idle["shl"] and "g" in idle["ahl"]
+
+
+def test_each_group_s_phase_runs_from_its_own_start_to_its_own_next_start():
+    """A round in flight at a change of phase counts in the phase whose controls it ran under: a group's
+    phase begins and ends at its own starts ("t"), not at the transitions."""
+    transitions = [["profiling", 0, 0.0], ["ahl", 16, 2.0], ["shl", 96, 12.0]]
+    totals = lambda steps, commits, examples, t=None: {  # noqa: E731
+        "steps": steps, "commits": commits, "examples": examples, "compute_s": steps * 0.1, "pull_s": commits * 0.1,
+        "push_s": commits * 0.1, "wait_s": 0.0, **({} if t is None else {"t": t})}
+    phase_totals = {"profiling": {}, "ahl": {"g": totals(16, 2, 512, t=3.0), "h": totals(8, 1, 256, t=2.5)},
+                    "shl": {"g": totals(96, 7, 3072, t=13.5)}}
+    end = {"g": totals(104, 11, 3328), "h": totals(40, 4, 1280)}
+    m = job_cost.measured_phases(transitions, phase_totals, end, 15.0)
+    # g's profiling ran two rounds of 8 (the second in flight at the switch), its AHL five of 16, its SHL four of 2
+    assert m["profiling"]["g"]["local_steps"] == 8 and m["profiling"]["g"]["seconds"] == 3.0
+    assert m["ahl"]["g"]["local_steps"] == 16 and m["ahl"]["g"]["examples_per_sec"] == pytest.approx(2560 / 10.5)
+    assert m["shl"]["g"]["local_steps"] == 2 and m["shl"]["g"]["seconds"] == pytest.approx(1.5)
+    # h never committed in SHL: its AHL runs to the end, and it has no SHL row
+    assert m["ahl"]["h"]["seconds"] == pytest.approx(12.5) and "h" not in m["shl"]

@@ -71,7 +71,8 @@ class Decisions:
         self._next_ckpt = cfg.checkpoint_interval_s
         self._last_eval: tuple[float, Totals] = (0.0, {})  # for rates
         self._throughput = progress.Throughput()  # windowed rates (a resumed run starts it again)
-        self.phase_totals: dict[str, Totals] = {}  # each phase's groups' totals when it began (job_cost.py)
+        self.phase_totals: dict[str, Totals] = {}  # each group's totals when its rounds of a phase began (job_cost.py)
+        self._phase_entry: dict[str, float] | None = None  # each group's commits when the current phase began
         driver = DRIVERS.get(self.sync.strategy) if not rules.solo(cfg.sync, len(cfg.groups)) else None
         self.driver = driver(self) if driver else None  # the strategy's own decisions (drive_*.py)
 
@@ -89,6 +90,7 @@ class Decisions:
         return {"phase_controller": self.phases.state(), "totals": totals, "elapsed_s": elapsed,
                 "controls": {g: dataclasses.asdict(c) for g, c in self.controls.items()},
                 "history": self.history, "global_steps": steps_of(totals), "phase_totals": self.phase_totals,
+                "phase_entry": self._phase_entry,
                 **(self.driver.state() if self.driver else {})}
 
     def restore(self, state: Mapping, path: str, clock: float) -> records.Resume:
@@ -103,6 +105,7 @@ class Decisions:
         self._last_eval = (self.elapsed_before, {})
         self.history = [tuple(h) for h in state.get("history", [])]
         self.phase_totals = dict(state.get("phase_totals", {}))
+        self._phase_entry = state.get("phase_entry")
         if self.driver:
             self.driver.restore(state)
         return records.Resume(checkpoint=path, phase=self.phase, elapsed_s=round(self.elapsed_before, 3),
@@ -140,14 +143,32 @@ class Decisions:
         if snap.stage != "tick":
             raise ValueError("snapshot stage %r: expected one of %s" % (snap.stage, STAGES))
         out = self._tick(snap)
-        self.phase_totals.setdefault(self.phase, self._ticks[-1][1])  # a phase entered in this tick
+        self._mark_phase_starts(snap.now)  # a phase entered in this tick
         return out
+
+    def _mark_phase_starts(self, now: float) -> None:
+        """Keeps, per group, its totals (and the time, "t") when its first round under the current phase's
+        controls began: a group reads its controls when a round starts, so the round in flight when the
+        phase changes runs under the old ones and ends with the group's first commit after the change.
+        That round is counted in the phase it ran under (``job_cost.measured_phases``). A run's first
+        phase starts from zero for every group ({}, ``_begin``)."""
+        totals = self._ticks[-1][1]
+        if self.phase not in self.phase_totals:  # a phase entered in this tick
+            self.phase_totals[self.phase] = {}
+            self._phase_entry = {g: t.get("commits", 0.0) for g, t in totals.items()}
+        if self._phase_entry is None:  # the run's first phase: every group started it from zero
+            return
+        starts = self.phase_totals[self.phase]
+        for g, t in totals.items():
+            if g not in starts and t.get("commits", 0.0) > self._phase_entry.get(g, 0.0):
+                starts[g] = {**t, "t": round(now, 3)}
 
     def _tick(self, snap: Snapshot) -> list:
         for g, devices in snap.restarted.items():
             self.liveness.restarted(g, list(devices))
         totals = self._totals(snap.stats)
         self._ticks.append((snap.now, totals, snap.counters))
+        self._mark_phase_starts(snap.now)  # before this tick's decisions may change the phase
         out, all_lost = self._liveness(snap, totals)
         if all_lost:
             return out + [Stop(all_lost, failed=True)]

@@ -172,28 +172,36 @@ def plan_job(profile, spec, batch: int | None, sync: SyncConfig, **options):
 
 def measured_phases(transitions: Sequence[Sequence], phase_totals: Mapping[str, Mapping[str, Mapping[str, float]]],
                     end_totals: Mapping[str, Mapping[str, float]], end_s: float) -> dict[str, dict[str, dict]]:
-    """{phase: {group: measured}} from a run's phase transitions ([phase, global step, t s]), the
-    groups' cumulative totals at each phase's start and at the end (rules.CUMULATIVE fields).
-    measured: step_ms, local_steps (iterations per commit), commit_ms, wait_ms (per commit),
-    examples_per_sec and seconds. A group's rounds count when they commit, so a group with no commit in
-    a phase (a phase shorter than its round) has nothing measured there and no entry."""
+    """{phase: {group: measured}} from a run's phase transitions ([phase, global step, t s]), each group's
+    cumulative totals (rules.CUMULATIVE fields) when its rounds of each phase began (``phase_totals``; "t":
+    when, s; the run's first phase begins at zero for every group) and at the end. A group's phase runs
+    from its own start to its start of the next phase (else the end): a round counts in the phase whose
+    controls it ran under (``decide.Decisions._mark_phase_starts``). Totals without "t" (a phase's
+    start shared by all groups) take the transition's time. measured: step_ms, local_steps (iterations
+    per commit), commit_ms, wait_ms (per commit), examples_per_sec and seconds. A group with no commit
+    of its own in a phase has nothing measured there and no entry."""
     out = {}
     for i, (phase, _, t0) in enumerate(transitions):
-        t1 = transitions[i + 1][2] if i + 1 < len(transitions) else end_s
-        start = phase_totals.get(phase)
-        end = phase_totals.get(transitions[i + 1][0]) if i + 1 < len(transitions) else end_totals
-        if start is None or end is None or t1 <= t0:
+        following = transitions[i + 1] if i + 1 < len(transitions) else None
+        starts = phase_totals.get(phase)
+        if starts is None:
             continue
         groups = {}
-        for g, e in end.items():
-            d = {k: e.get(k, 0.0) - start.get(g, {}).get(k, 0.0)
+        for g, last in end_totals.items():
+            start = starts.get(g, {} if i == 0 else None)
+            if start is None:
+                continue
+            stop = (phase_totals.get(following[0]) or {}).get(g) if following else None
+            end, t1 = (stop, stop.get("t", following[2])) if stop else (last, end_s)
+            t_start = start.get("t", t0)
+            d = {k: end.get(k, 0.0) - start.get(k, 0.0)
                  for k in ("steps", "commits", "examples", "compute_s", "pull_s", "push_s", "wait_s")}
-            if d["commits"] < 1 or d["steps"] < 1:
+            if d["commits"] < 1 or d["steps"] < 1 or t1 <= t_start:
                 continue
             per_commit = lambda x: 1000.0 * x / d["commits"]  # noqa: E731
             groups[g] = {"step_ms": 1000.0 * d["compute_s"] / d["steps"], "local_steps": d["steps"] / d["commits"],
                          "commit_ms": per_commit(d["pull_s"] + d["push_s"]), "wait_ms": per_commit(d["wait_s"]),
-                         "examples_per_sec": d["examples"] / (t1 - t0), "seconds": t1 - t0}
+                         "examples_per_sec": d["examples"] / (t1 - t_start), "seconds": t1 - t_start}
         out[phase] = groups
     return out
 

@@ -281,7 +281,8 @@ class PsLost(Record):
 @dataclasses.dataclass(frozen=True)
 class Final(Record):
     """The job's end. groups: each group's totals (engine.runtime.control.STAT_FIELDS); curve: [[t, accuracy]];
-    phase_transitions: [(phase, global step, t)]; phase_totals: {phase: each group's totals when it began};
+    phase_transitions: [(phase, global step, t)]; phase_totals: {phase: each group's totals, and "t", when its
+    first round under the phase's controls began};
     devices / group_time: JobReport.end's figures;
     group_exit_codes / testbed: filled in by the launcher."""
     KIND: ClassVar[str] = "final"
