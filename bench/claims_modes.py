@@ -25,32 +25,19 @@ def proportional(total: int, weights: list[float]) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def alone_layouts(name, device, batch):
-    """The device ``name`` trains the whole model alone."""
-    return [(single_device_layout(device(name)), batch)]
-
-
-def data_parallel_layouts(shares, device, batch):
-    """Synchronous data parallelism: one replica over the devices, the batch split by ``shares``."""
-    names = list(shares)
-    if len(names) == 1:
-        return alone_layouts(names[0], device, batch)
-    return [(Layout(mesh=(("batch", len(names)),), devices=tuple(device(n) for n in names),
-                    rules=(("batch", "batch"),), sizes=(("batch", tuple(shares[n] for n in names)),)), batch)]
-
-
-def plan_layouts(p, device):
-    """A plan's groups (filter split, hybrid, even, memory capped), each on its own devices and batch."""
-    return [(dataclasses.replace(g.layout, devices=tuple(device(n) for n in g.names)), g.batch) for g in p.groups]
-
-
 def mode_layouts(mode, plans, device, batch, dp_shares):
-    """[(layout, batch)] of the replicas a mode runs concurrently; device(name) -> TF device string."""
-    if mode.startswith("alone:"):
-        return alone_layouts(mode.split(":", 1)[1], device, batch)
-    if mode == "data_parallel":
-        return data_parallel_layouts(dp_shares, device, batch)
-    return plan_layouts(plans[mode], device)
+    """[(layout, batch)] of the replicas a mode runs concurrently; device(name) -> TF device string.
+    `alone:<device>`: that device trains the whole model alone; `data_parallel`: synchronous data
+    parallelism, one replica over the devices of ``dp_shares``, the batch split by them (one device: alone);
+    a plan's mode (filter split, hybrid, even, memory capped): its groups, each on its own devices and batch."""
+    if not mode.startswith("alone:") and mode != "data_parallel":
+        return [(dataclasses.replace(g.layout, devices=tuple(device(n) for n in g.names)), g.batch)
+                for g in plans[mode].groups]
+    names = [mode.split(":", 1)[1]] if mode.startswith("alone:") else list(dp_shares)
+    if len(names) == 1:
+        return [(single_device_layout(device(names[0])), batch)]
+    return [(Layout(mesh=(("batch", len(names)),), devices=tuple(device(n) for n in names),
+                    rules=(("batch", "batch"),), sizes=(("batch", tuple(dp_shares[n] for n in names)),)), batch)]
 
 
 def even_plan(one_group, profile, spec, stats, batch):

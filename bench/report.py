@@ -35,23 +35,21 @@ SECTIONS = {  # every benchmark's section, in the report's order
 
 
 def load(results_dir: str) -> tuple[dict, dict]:
-    """(machine info, {benchmark name: record}); a benchmark without a record is recorded as not run."""
-    def read(name):
+    """(machine info, {benchmark name: record}); a benchmark without a record is recorded as not run (as
+    failed if `make bench` runs it)."""
+    def read(name, missing):
         path = os.path.join(results_dir, name + ".json")
         if not os.path.exists(path):
-            return None
+            return missing
         with open(path) as f:
             try:
                 return json.load(f)
             except ValueError as e:
                 raise ValueError(f"{path}: not valid JSON ({e})") from None
 
-    records = {name: read(name) for name in SECTIONS}
-    for name, rec in records.items():
-        if rec is None:
-            records[name] = {"name": name, "status": "not run" if name in NOT_IN_MAKE_BENCH else "failed",
-                             "error": f"not run: {name}.json is not in {results_dir}"}
-    return read("machine") or {}, records
+    records = {name: read(name, {"name": name, "status": "not run" if name in NOT_IN_MAKE_BENCH else "failed",
+                                 "error": f"not run: {name}.json is not in {results_dir}"}) for name in SECTIONS}
+    return read("machine", None) or {}, records
 
 
 def make_bench_seconds(records: dict) -> float:

@@ -3,7 +3,7 @@ synchronous data parallelism, the planned filter split and hybrid grid, at the s
 the issue's checks, and the bounds that say why a check is out of reach (bench/claims_figures.py)."""
 from bench.claims_figures import (PREDICTED_LAYOUTS, THRESHOLDS, compute_bound, data_parallel_bound, memory_spread,
                                   plan_devices, prediction_ratios)
-from bench.report_common import MIB, figure, fmt, plt, section, table
+from bench.report_common import figure, fmt, plt, section, table
 
 PLOTS = (("ms_per_example", "tab:blue", "ms per example", "delay (lower is better)"),
          ("max_peak_mib", "tab:orange", "MiB", "max peak memory per device"))  # (field, colour, y label, title)
@@ -28,7 +28,7 @@ def _modes_and_plans(res) -> list[str]:
     hd = modes.get("hybrid", {})
     rows = [[f"`{m}`", ", ".join(fmt(x, 1) for x in d.get("median_step_ms", [])) or "—",
              fmt(d.get("ms_per_example"), 2, " ms"),
-             ", ".join(f"{n} {v / MIB:.0f}" for n, v in (d.get("peak_bytes") or {}).items())
+             ", ".join(f"{n} {v / 2 ** 20:.0f}" for n, v in (d.get("peak_bytes") or {}).items())
              or ("**out of memory**" if d.get("out_of_memory") else "—"), fmt(d.get("max_peak_mib"), 1)]
             for m, d in modes.items()]
     text = [table(["Mode", "Median step per replica (ms)", "Delay per example", "Peak per device (MiB)",

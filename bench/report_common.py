@@ -12,7 +12,6 @@ import matplotlib.pyplot as plt  # noqa: E402  (the sections draw with it)
 
 LABELS = {"bsp": "BSP", "asp": "ASP", "ssp": "SSP", "local_sgd": "Local SGD", "adsp": "ADSP", "ashl": "ASHL",
           "ashl_topk1_ef": "ASHL, top-k 1% + error feedback", "ashl_topk1_no_ef": "ASHL, top-k 1%, no error feedback"}
-MIB = 2 ** 20
 
 
 def fmt(x, digits=3, unit=""):
@@ -29,30 +28,20 @@ def table(header, rows) -> str:
     return "\n".join(lines)
 
 
-def result(rec):
-    return rec.get("result") if rec.get("status") == "ok" or rec.get("result") else None
-
-
-def status_line(rec) -> str:
-    if rec.get("status") == "ok":
-        return ""
-    if rec.get("status") == "not run":
-        return f"Not run ({rec.get('error')}).\n"
-    return f"**FAILED**: {rec.get('error')}.\n"
-
-
 def section(title: str):
     """Turns ``body(res, text, out_dir, **kw) -> [plot file names] or None`` into a section renderer
     ``(rec, out_dir, **kw) -> (markdown, plots)``: ``text`` starts with the heading (``title``
-    formatted with ``kw`` and the body's defaults) and the record's status; a record without a result
-    is those alone."""
+    formatted with ``kw`` and the body's defaults) and the record's status (a failed one's result is still
+    shown); a record without a result is those alone."""
     def wrap(body):
         defaults = {k: p.default for k, p in inspect.signature(body).parameters.items() if p.default is not p.empty}
 
         @functools.wraps(body)
         def render(rec, out_dir, **kw):
-            res, text = result(rec), [title.format(**{**defaults, **kw}) + "\n", status_line(rec)]
-            plots = (body(res, text, out_dir, **kw) or []) if res else []
+            status, error = rec.get("status"), rec.get("error")
+            text = [title.format(**{**defaults, **kw}) + "\n", "" if status == "ok" else f"Not run ({error}).\n"
+                    if status == "not run" else f"**FAILED**: {error}.\n"]
+            plots = (body(rec["result"], text, out_dir, **kw) or []) if rec.get("result") else []
             return "\n".join(text), plots
         return render
     return wrap

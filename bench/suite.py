@@ -13,6 +13,7 @@ is recorded as failed and shown as failed in the report. --quick runs every benc
 `emulation` (its module runs on pi4 as `emulation_pi4`): a smoke run of the whole pipeline whose
 figures are not evidence. bench/report.py renders the report from the recorded files alone.
 """
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -100,10 +101,8 @@ def _version(*dists) -> str | None:
     """The installed version of the first of ``dists`` that is installed, as "version (dist)"; None if none."""
     from importlib.metadata import PackageNotFoundError, version
     for dist in dists:
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             return f"{version(dist)} ({dist})"
-        except PackageNotFoundError:
-            continue
     return None
 
 
@@ -118,12 +117,10 @@ def _first_field(path: str, prefix: str) -> str | None:
 
 def machine(command: str) -> dict:
     """Cores, CPU model, memory, versions, date, git commit and the exact command of this run."""
-    mem = _first_field("/proc/meminfo", "MemTotal")
-    try:
+    mem, commit = _first_field("/proc/meminfo", "MemTotal"), None
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                                 timeout=10).stdout.strip() or None
-    except (OSError, subprocess.TimeoutExpired):
-        commit = None
     return {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": command,
             "cpu_model": _first_field("/proc/cpuinfo", "model name"),
@@ -148,14 +145,9 @@ def record_machine(path: str, info: dict, only: list[str]) -> dict:
 
 def _last_json(stdout: str):
     """The JSON object a benchmark printed: the whole stdout, else its last line that parses."""
-    try:
-        return json.loads(stdout)
-    except ValueError:
-        for line in reversed(stdout.strip().splitlines()):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
+    for text in (stdout, *reversed(stdout.strip().splitlines())):
+        with contextlib.suppress(ValueError):
+            return json.loads(text)
     return None
 
 
@@ -202,8 +194,7 @@ def main():
         ("only", [], "comma-separated benchmark names (default: all)"))).parse_args()
     only = cli.known(args.only, [b.name for b in BENCHES], "benchmarks", "bench.suite")
     os.makedirs(args.results, exist_ok=True)
-    info = machine(shlex.join(["python", "-m", "bench.suite", *sys.argv[1:]]))
-    info["quick"] = args.quick
+    info = {**machine(shlex.join(["python", "-m", "bench.suite", *sys.argv[1:]])), "quick": args.quick}
     t0 = time.monotonic()
     for b in selected(only):
         rec = run_bench(b, args.quick)
