@@ -19,7 +19,7 @@ from edgemesh_tf.cluster.procs import read_vm_kb
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.models.shapes import layer_shapes
-from edgemesh_tf.profiling.layers import build_layer_op, build_noop_op, build_transfer_op
+from edgemesh_tf.profiling.layers import build_commit_ops, build_layer_op, build_noop_op, build_transfer_op
 from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
 
 TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
@@ -133,7 +133,8 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                     master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_devices: Sequence[str] = (),
                     split_step_devices: Sequence[str] = (), split_step_sizes: Mapping[str, Sequence[int]] | None = None,
                     whole_beside_split: Sequence[str] = (), whole_step_repeats: int = 5,
-                    config: tf.ConfigProto | None = None, testbed_limits=None) -> Profile:
+                    config: tf.ConfigProto | None = None, testbed_limits=None, ps_device: str | None = None,
+                    commit_bytes: int = 0) -> Profile:
     """Measures every device in ``devices``; ``master_device`` is where transfers are received.
     whole_step_devices: names of devices to also time at least ``whole_step_repeats`` real training
     steps of the whole model on, each alone (their ``whole_step_ms``; each must hold the model).
@@ -144,7 +145,8 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     step (their servers hold both graphs at once), so that the machine's drift between minutes does
     not move the ratio of the two. testbed_limits: the emulated testbed, whose limits are lifted while
     each layer, transfer and step graph sets up (its first run, ``_first_runs`` and ``layout_steps_ms``),
-    or None."""
+    or None. ps_device, commit_bytes: the parameter server's device and the bytes of a commit to time
+    between it and each device (a pull and a push, ``build_commit_ops``; None or 0: not timed)."""
     shapes = layer_shapes(spec, batch)
     idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
     graph = tf.Graph()
@@ -154,6 +156,8 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
         local = build_noop_op(tf, master_device)
         transfers = {d.name: [build_transfer_op(tf, n, d.device, master_device)
                               for n in TRANSFER_BYTES + LARGE_TRANSFER_BYTES] for d in devices}
+        commits = {d.name: build_commit_ops(tf, commit_bytes, d.device, ps_device)
+                   for d in devices} if ps_device and commit_bytes else {}
         init = tf.global_variables_initializer()  # the transfers' sources
     tf.Session.reset(session_target)
     out = []
@@ -161,7 +165,8 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
         sess.run(init)
         if testbed_limits is not None:  # each op's first run (its set-up on the device), nothing timed
             _first_runs(sess, [local] + [op for d in devices for op in
-                                         [base[d.name], *ops[d.name].values(), *transfers[d.name]]], testbed_limits)
+                                         [base[d.name], *ops[d.name].values(), *transfers[d.name],
+                                          *commits.get(d.name, ())]], testbed_limits)
         # Round trips are the largest term of a step on slow links: sample them more than layers.
         rtt_repeats = 4 * repeats
         warm = testbed_limits is None  # each timing starts with an untimed run, unless _first_runs ran it
@@ -192,13 +197,17 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
             # One-way latency: half the empty run's round trip beyond TF's own cost of a run. (The
             # fit's intercept is biased low: a token bucket lets small transfers burst.)
             latency_ms = max(0.0, base_ms - local_ms) / 2.0
+            commit_ms = sum(robust_median(_timed(sess, op, repeats, warmup=warm))[0]
+                            for op in commits.get(d.name, ()))
             peak = max(0, read_vm_kb(d.pid, "VmHWM") - idle_kb.get(d.name, 0)) * 1024 if d.pid else 0
             out.append(DeviceProfile(name=d.name, device=d.device, layers=tuple(timings),
                                      memory_bytes=d.memory_bytes, bandwidth_mbit=round(bw, 2),
                                      latency_ms=round(latency_ms, 3), step_overhead_ms=round(base_ms, 3),
-                                     peak_memory_bytes=peak))
-            logging.info("profiled %s in %.1f s: %s", d.name, time.perf_counter() - t0,
-                         ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings))
+                                     peak_memory_bytes=peak, commit_ms=round(commit_ms, 3),
+                                     commit_bytes=commit_bytes if commit_ms else 0))
+            logging.info("profiled %s in %.1f s: %s%s", d.name, time.perf_counter() - t0,
+                         ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings),
+                         ", commit of %.1f MB %.1f ms" % (commit_bytes / 1e6, commit_ms) if commit_ms else "")
     tf.Session.reset(session_target)  # frees the transfers' variables on the devices
     from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout, split_layout
     by_name = {d.name: d.device for d in devices}
