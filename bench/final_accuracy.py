@@ -5,7 +5,7 @@ of BSP's"), on the time-to-accuracy task (digits32 + vgg_m, batch 32 per group).
         [--bsp_budget_s 900]          # prints one JSON object; `make bench-final`
 
 Two modes, seeds interleaved (ASHL, BSP, ASHL, ...) on one testbed, each run to its budget with no
-target: `ashl_run` under the cluster's limits, `bsp_run` with every limit lifted (CPU quotas and link
+target (`run`): ASHL under the cluster's limits, BSP with every limit lifted (CPU quotas and link
 rates; latency stays). Each BSP iteration waits for every group and applies the same averaged update
 whatever the devices' speeds, so its curve per iteration is BSP's under the limits, reached in far less
 time. The check (ASHL's median final accuracy - BSP's >= -0.01) is decided when every BSP run converged
@@ -55,32 +55,23 @@ def decide(ashl: list[dict], bsp: list[dict], tolerance: float = TOLERANCE) -> d
     return out
 
 
-def _train(name: str, seed: int, budget: float, args, cluster, em, pool, workdir: str, lifted: bool) -> dict:
-    """One run of strategy ``name`` to its budget, no target; its accuracy, steps, convergence and curve."""
+def run(name: str, seed: int, args, cluster, em, pool, workdir: str) -> dict:
+    """One run of ``name`` to its budget, no target: "ashl" (as published) under the cluster's limits for
+    --ashl_budget_s, "bsp" with every limit lifted for --bsp_budget_s (its curve per iteration is BSP's under
+    them); its accuracy, steps, convergence and curve."""
     from edgemesh_tf.engine import default_groups, job_config, run_job  # TensorFlow: when run
+    lifted = name == "bsp"
+    budget = args.bsp_budget_s if lifted else args.ashl_budget_s
     cfg = job_config(cluster, default_groups(cluster, args.batch), sync=sync_config(name), model=args.model,
                      dataset=args.dataset, target_accuracy=None, time_budget_s=budget,  # None: to the budget
                      eval_interval_s=args.eval_interval_s, checkpoint_interval_s=600.0, seed=seed,
                      logdir=os.path.join(workdir, f"{name}-{seed}"))
+    (em.lift_limits if lifted else em.restore_limits)()  # each run sets the limits it runs under
     t0 = time.monotonic()
     final = run_job(cfg, cluster, testbed=em, pool=pool, fast_setup=not lifted)
     return {"seed": seed, "limits": "lifted" if lifted else "as in " + cluster.path, "budget_s": budget,
             "accuracy": final["accuracy"], "global_steps": final["global_steps"],
             "converged": converged(final["curve"]), "wall_s": round(time.monotonic() - t0, 1), "curve": final["curve"]}
-
-
-def ashl_run(seed, args, cluster, em, pool, workdir) -> dict:
-    """ASHL as published under the cluster's limits for --ashl_budget_s."""
-    return _train("ashl", seed, args.ashl_budget_s, args, cluster, em, pool, workdir, lifted=False)
-
-
-def bsp_run(seed, args, cluster, em, pool, workdir) -> dict:
-    """BSP with every limit lifted for --bsp_budget_s (its curve per iteration is BSP's under them)."""
-    em.lift_limits()
-    try:
-        return _train("bsp", seed, args.bsp_budget_s, args, cluster, em, pool, workdir, lifted=True)
-    finally:
-        em.restore_limits()
 
 
 def main(argv=None):
@@ -95,8 +86,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="final-accuracy-") as workdir, \
             emulated_cluster(cluster) as em, WarmGroups() as pool:
         for seed in range(args.seeds):
-            for name, mode in (("ashl", ashl_run), ("bsp", bsp_run)):
-                runs[name].append(r := mode(seed, args, cluster, em, pool, workdir))
+            for name in ("ashl", "bsp"):
+                runs[name].append(r := run(name, seed, args, cluster, em, pool, workdir))
                 print(f"[final] {name} seed {seed}: accuracy {r['accuracy']:.4f} after {r['budget_s']:.0f} s "
                       f"({r['global_steps']} steps, converged {r['converged']})", file=sys.stderr, flush=True)
     cli.emit({"cluster": args.cluster, "dataset": args.dataset, "model": args.model, "batch": args.batch,

@@ -17,6 +17,7 @@ prediction, the largest error of each and each model's error when it is left out
 fit's error over all points is the planner's memory headroom. --write stores the fit in
 edgemesh_tf/planner/memory_fit.json, which the planner then uses. Prints one JSON object.
 """
+import contextlib
 import dataclasses
 import json
 import math
@@ -62,13 +63,10 @@ def measure(spec, batch: int, ways: int, steps: int, simd_bits: int, replica: bo
             spec.split_dims(), devices)
         if replica:
             watch = PeakWatch({n: em.devices[n].pid for n in names})
-            runner = RoundRunner(spec, layout, batch, em.session_target, ps_device=em.device("ps0"), group="g",
-                                 groups=["g"], local_steps=1, initialize_ps=True)
-            try:
+            with contextlib.closing(RoundRunner(spec, layout, batch, em.session_target, ps_device=em.device("ps0"),
+                                                group="g", groups=["g"], local_steps=1, initialize_ps=True)) as runner:
                 for _ in range(steps):
                     runner.round_ms()
-            finally:
-                runner.close()
             peaks = watch.peaks()
         else:
             peaks = measure_memory(spec, layout, batch, em.session_target, em.device("chief"),

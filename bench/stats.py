@@ -18,23 +18,18 @@ import numpy as np
 _TOL = 1e-9  # statistics equal up to rounding count as "as extreme" (ties at the budget are common)
 
 
-def reached_at(curve: Iterable[Sequence[float]], target: float, consecutive: int = 3) -> float | None:
+def reached_at(curve: Sequence[Sequence[float]], target: float, consecutive: int = 3) -> float | None:
     """The time of the first evaluation from which accuracy stays >= ``target`` for ``consecutive``
     evaluations in a row (that one included); None if it never does, also when the curve ends
     with fewer than ``consecutive`` evaluations at or above target. curve: [[t, accuracy], ...] in
     time order (the final record's ``curve``)."""
     if consecutive < 1:
         raise ValueError("consecutive must be >= 1, got %r" % (consecutive,))
-    run, start = 0, None
-    for t, accuracy in curve:
-        if accuracy >= target:
-            if run == 0:
-                start = t
-            run += 1
-            if run >= consecutive:
-                return start
-        else:
-            run = 0
+    run = 0
+    for i, (_, accuracy) in enumerate(curve):
+        run = run + 1 if accuracy >= target else 0
+        if run >= consecutive:
+            return curve[i - consecutive + 1][0]
     return None
 
 
@@ -99,20 +94,13 @@ def permutation_p(a, b, n_perm: int = 20000, seed: int = 0, budget: float | None
     n, k = pooled.size, x.size
     observed = abs(float(np.median(x) - np.median(y)))
     exact = math.comb(n, k) <= n_perm
-    if exact:  # the positions of a's values in each split
-        idx = np.array(list(itertools.combinations(range(n), k)), dtype=int)
-    else:
-        idx = np.argsort(np.random.default_rng(seed).random((n_perm, n)), axis=1)[:, :k]
+    idx = (np.array(list(itertools.combinations(range(n), k)), dtype=int) if exact  # a's positions in each split
+           else np.argsort(np.random.default_rng(seed).random((n_perm, n)), axis=1)[:, :k])
     mask = np.zeros((len(idx), n), dtype=bool)
     mask[np.arange(len(idx))[:, None], idx] = True
-    hits = int(np.sum(_split_stats(pooled, mask) >= observed - _TOL))
-    return hits / len(idx) if exact else (1 + hits) / (1 + n_perm)
-
-
-def _split_stats(pooled: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """|median of the masked values - median of the others| for every row of ``mask``."""
-    k = int(mask[0].sum())
+    # each split's statistic: |median of the masked values - median of the others|
     vals = np.broadcast_to(pooled, mask.shape)
     first = np.sort(np.where(mask, vals, np.inf), axis=1)[:, :k]
-    second = np.sort(np.where(mask, np.inf, vals), axis=1)[:, :pooled.size - k]
-    return np.abs(np.median(first, axis=1) - np.median(second, axis=1))
+    second = np.sort(np.where(mask, np.inf, vals), axis=1)[:, :n - k]
+    hits = int(np.sum(np.abs(np.median(first, axis=1) - np.median(second, axis=1)) >= observed - _TOL))
+    return hits / len(idx) if exact else (1 + hits) / (1 + n_perm)

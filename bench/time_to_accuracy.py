@@ -19,7 +19,7 @@ import time
 
 from bench import cli, stats
 from bench.tta_plan import (CONFIGS, CONSECUTIVE, DEFAULTS, FINAL_EVAL_EXAMPLES, MANY_SEEDS, QUICK, STRATEGIES,
-                            VARIANTS, Clock, base_of, budget_of, csv_names, estimate, plan_of, sync_config)
+                            VARIANTS, Clock, base_of, budget_of, estimate, plan_of, sync_config)
 from edgemesh_tf.cluster import emulated_cluster, load_cluster
 
 
@@ -126,9 +126,8 @@ def compare(a_runs, b_runs, a_budget: float, b_budget: float) -> dict:
 
 def _r(x, digits=3):
     """x (a number or a sequence of them) rounded to `digits`; None stays None."""
-    if x is None:
-        return None
-    return [round(float(v), digits) for v in x] if isinstance(x, (list, tuple)) else round(float(x), digits)
+    return None if x is None else ([round(float(v), digits) for v in x] if isinstance(x, (list, tuple))
+                                   else round(float(x), digits))
 
 
 def _check(value, threshold: str, ok, undecided: str | None = None, **extra) -> dict:
@@ -218,7 +217,7 @@ def assemble(args, clusters: dict, estimate: float, wall: float, workdir: str, i
         if clusters.get(key) is not None:
             out[key] = cluster_figures(clusters[key], args, label, out)
     het = clusters.get("heterogeneous")
-    variants = [v for v in csv_names(args.variants) if het and v in het.runs]
+    variants = [v for v in args.variants if het and v in het.runs]
     if variants:
         out["variants"] = variant_figures(het, variants, args.budget_s)
     if "heterogeneous" in out:
@@ -254,7 +253,8 @@ OPTIONS = (  # (flag, help) of the run's settings; defaults (and types): tta_pla
     ("max_minutes", "wall-time cap (0: none): strategy runs are always made, a variant run only if the time "
                     "left after the strategy runs still to come allows it"),
     ("out", "also write the JSON here"),
-    ("quick", "smoke run of the pipeline (make bench QUICK=1): " + ", ".join(f"--{k} {v}" for k, v in QUICK.items())
+    ("quick", "smoke run of the pipeline (make bench QUICK=1): " + ", ".join(
+        f"--{k} {','.join(v) if isinstance(v, list) else v}" for k, v in QUICK.items())
      + " unless given"),
     ("estimate", "print the estimated wall time (s) by the time model of bench/tta_plan.py, with and without the "
                  "--max_minutes cap, and exit"))
@@ -268,9 +268,9 @@ def parser(quick: bool = False):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parser("--quick" in argv).parse_args(argv)
-    unknown = [n for n in csv_names(args.strategies) + csv_names(args.homo_strategies) if n not in STRATEGIES]
-    unknown += [v for v in csv_names(args.variants) if v not in VARIANTS]
-    missing = sorted({base_of(v) for v in csv_names(args.variants) if v in VARIANTS} - set(csv_names(args.strategies)))
+    unknown = [n for n in args.strategies + args.homo_strategies if n not in STRATEGIES]
+    unknown += [v for v in args.variants if v not in VARIANTS]
+    missing = sorted({base_of(v) for v in args.variants if v in VARIANTS} - set(args.strategies))
     if unknown or missing:
         sys.exit(f"time_to_accuracy: unknown strategies or variants {unknown} (expected some of {list(CONFIGS)}), "
                  f"or variants without their strategy as published in --strategies {missing}")
@@ -300,7 +300,7 @@ def main(argv=None):
     finally:
         signal.signal(signal.SIGTERM, previous)
     out = assemble(args, clusters, est["capped_s"], time.monotonic() - t_start, workdir, interrupted, clock.skipped)
-    print(json.dumps(out, indent=1))
+    cli.emit(out, indent=1)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1)

@@ -39,12 +39,12 @@ VARIANT_TRAIN_S = 56.0
 
 DEFAULTS = {"cluster": "layouts/edge4.yaml", "tail_s": 0.0, "batch": 32, "dataset": "digits32", "model": "vgg_m",
             "target": 0.90, "budget_s": 80.0, "bsp_budget_s": 130.0, "homo_budget_s": 120.0,
-            "strategies": "bsp,adsp,ashl", "seeds": 8, "other_seeds": 3, "homo_cluster": "layouts/homo4.yaml",
-            "homo_strategies": "ashl,adsp", "homo_seeds": 2, "variants": ",".join(DEFAULT_VARIANTS), "variant_seeds": 2,
-            "eval_interval_s": 1.0, "eval_examples": EVAL_EXAMPLES, "max_minutes": 0.0}
+            "strategies": ["bsp", "adsp", "ashl"], "seeds": 8, "other_seeds": 3, "homo_cluster": "layouts/homo4.yaml",
+            "homo_strategies": ["ashl", "adsp"], "homo_seeds": 2, "variants": list(DEFAULT_VARIANTS),
+            "variant_seeds": 2, "eval_interval_s": 1.0, "eval_examples": EVAL_EXAMPLES, "max_minutes": 0.0}
 # --quick (make bench QUICK=1): the whole pipeline, small; figures are not evidence.
 QUICK = {"dataset": "digits", "model": "vgg", "budget_s": 15.0, "bsp_budget_s": 15.0, "homo_budget_s": 15.0,
-         "seeds": 2, "other_seeds": 1, "homo_seeds": 1, "variants": "ashl_project", "variant_seeds": 1,
+         "seeds": 2, "other_seeds": 1, "homo_seeds": 1, "variants": ["ashl_project"], "variant_seeds": 1,
          "eval_interval_s": 0.5, "max_minutes": 8.0}
 
 
@@ -79,10 +79,10 @@ def schedule(names_seeds: list[tuple[str, int]]) -> list[tuple[str, int]]:
 def plan_of(args) -> dict[str, list[tuple[str, int]]]:
     """{"heterogeneous": [(name, seed), ...], "homogeneous": [...]} of the arguments: strategies
     and variants interleaved by seed on --cluster, the --homo_strategies on --homo_cluster."""
-    het = [(n, args.seeds if n in MANY_SEEDS else args.other_seeds) for n in csv_names(args.strategies)]
-    out = {"heterogeneous": schedule(het + [(v, args.variant_seeds) for v in csv_names(args.variants)])}
-    if args.homo_cluster and csv_names(args.homo_strategies):
-        out["homogeneous"] = schedule([(n, args.homo_seeds) for n in csv_names(args.homo_strategies)])
+    het = [(n, args.seeds if n in MANY_SEEDS else args.other_seeds) for n in args.strategies]
+    out = {"heterogeneous": schedule(het + [(v, args.variant_seeds) for v in args.variants])}
+    if args.homo_cluster and args.homo_strategies:
+        out["homogeneous"] = schedule([(n, args.homo_seeds) for n in args.homo_strategies])
     return out
 
 
@@ -153,8 +153,3 @@ def estimate(args) -> dict:
     variants = sum(name in VARIANTS for name, _ in runs)
     return {"runs": len(runs), "full_s": round(full), "capped_s": round(t[0]), "variant_runs": variants,
             "variant_runs_in_cap": variants - len(clock.skipped)}
-
-
-def csv_names(csv: str) -> list[str]:
-    """The names of a comma-separated option ('' for none)."""
-    return [n for n in (csv or "").split(",") if n]

@@ -156,7 +156,7 @@ def _assembled():
                     "bsp": BSP, "adsp": ADSP, "ashl": ASHL, "ashl_project": [24, 16, 24],
                     "ashl+error_feedback": [32, 40, 32], "adsp+constant_lr": [64, 56, 72]}),
                 "homogeneous": _cluster("layouts/homo4.yaml", {"ashl": [24, 32, 24], "adsp": [32, 24, 24]})}
-    args.variants = "ashl_project,ashl+error_feedback,adsp+constant_lr"
+    args.variants = ["ashl_project", "ashl+error_feedback", "adsp+constant_lr"]
     args.budget_s, args.bsp_budget_s = 90.0, 150.0
     return tta.assemble(args, clusters, estimate=2500.0, wall=2400.0, workdir="/tmp/tta-x", interrupted=False)
 
@@ -222,7 +222,7 @@ def test_checks_carry_value_threshold_and_result():
 
 def test_a_failing_claim_fails_its_check():
     args = _args()
-    args.variants = ""
+    args.variants = []
     clusters = {"heterogeneous": _cluster("layouts/edge4.yaml", {"adsp": [24, 32, 40], "ashl": [32, 40, 24]})}
     out = tta.assemble(args, clusters, 1.0, 1.0, "/tmp", False)
     assert out["ashl_over_adsp"] == pytest.approx(1.0)
@@ -285,7 +285,7 @@ def test_report_plots_per_seed_times(rendered_v2):
 
 def test_final_accuracy_against_a_bsp_that_never_converged_is_undecided():
     args = _args()
-    args.variants = ""
+    args.variants = []
     clusters = {"heterogeneous": _cluster("layouts/edge4.yaml", {"adsp": [48, 56], "ashl": [32, 40],
                                                                   "bsp": [None, None]})}
     out = tta.assemble(args, clusters, 1.0, 1.0, "/tmp", False)
