@@ -174,7 +174,7 @@ def beside_split_step(budgets: Mapping[str, int], spec: ModelSpec, batch: int, w
     return tuple(n for n in whole if _fits(alone + part.get(n, 0), budgets[n], spec))
 
 
-COMMIT_PROBE_MAX_BYTES = 8 << 20
+COMMIT_PROBE_MAX_BYTES = 4 << 20
 """Each device's commit is timed on the model's weights up to this many bytes; ``cost.ps_sync_ms`` scales
 the time to the bytes the device moves in a group."""
 

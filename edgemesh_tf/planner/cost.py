@@ -243,8 +243,16 @@ def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_m
     part = max(transfer_ms(stats.param_bytes / k, d.bandwidth_mbit) for d in group)
     part = max(part, media.each_once_ms(group, [stats.param_bytes / k] * k))
     wire = 2 * max(part, transfer_ms(stats.param_bytes, ps_bandwidth_mbit)) + 2 * max(d.latency_ms for d in group)
-    timed = max(d.commit_ms * stats.param_bytes / k / d.commit_bytes if d.commit_bytes else 0.0 for d in group)
-    return max(wire, timed)
+    return max(wire, ps_timed_ms(group, stats))
+
+
+def ps_timed_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
+    """Push + pull of the whole model as the group's devices' timed commits say (``DeviceProfile.commit_ms``
+    scaled to each device's ~1/k of the model; the slowest device's; 0 when none was timed): the devices'
+    reads, deltas and assigns, which a top-k push does not shrink (it reads the whole delta and residual
+    and writes the residual)."""
+    k = len(group)
+    return max(d.commit_ms * stats.param_bytes / k / d.commit_bytes if d.commit_bytes else 0.0 for d in group)
 
 
 COPIED_TENSORS = 2
@@ -301,6 +309,8 @@ class GroupPrediction:
     memory_bytes: per device, see the module docstring.
     ps_sync_ms: push + pull of the whole model to the parameter server (per commit).
     copy_ms: a round's masters <-> slices copies (``copy_ms``; 0 for a group that splits nothing).
+    ps_timed_ms: push + pull as the devices' timed commits say (``ps_timed_ms``; 0 = not timed), the part
+      of ps_sync_ms that top-k compression does not shrink.
     """
 
     devices: tuple[str, ...]
@@ -312,6 +322,7 @@ class GroupPrediction:
     layers: tuple[LayerPrediction, ...]
     separable_ms: float = 0.0
     copy_ms: float = 0.0
+    ps_timed_ms: float = 0.0
 
     @property
     def commit_ms(self) -> float:

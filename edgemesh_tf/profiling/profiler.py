@@ -156,8 +156,6 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
         local = build_noop_op(tf, master_device)
         transfers = {d.name: [build_transfer_op(tf, n, d.device, master_device)
                               for n in TRANSFER_BYTES + LARGE_TRANSFER_BYTES] for d in devices}
-        commits = {d.name: build_commit_ops(tf, commit_bytes, d.device, ps_device)
-                   for d in devices} if ps_device and commit_bytes else {}
         init = tf.global_variables_initializer()  # the transfers' sources
     tf.Session.reset(session_target)
     out = []
@@ -165,8 +163,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
         sess.run(init)
         if testbed_limits is not None:  # each op's first run (its set-up on the device), nothing timed
             _first_runs(sess, [local] + [op for d in devices for op in
-                                         [base[d.name], *ops[d.name].values(), *transfers[d.name],
-                                          *commits.get(d.name, ())]], testbed_limits)
+                                         [base[d.name], *ops[d.name].values(), *transfers[d.name]]], testbed_limits)
         # Round trips are the largest term of a step on slow links: sample them more than layers.
         rtt_repeats = 4 * repeats
         warm = testbed_limits is None  # each timing starts with an untimed run, unless _first_runs ran it
@@ -197,18 +194,17 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
             # One-way latency: half the empty run's round trip beyond TF's own cost of a run. (The
             # fit's intercept is biased low: a token bucket lets small transfers burst.)
             latency_ms = max(0.0, base_ms - local_ms) / 2.0
-            commit_ms = sum(robust_median(_timed(sess, op, repeats, warmup=warm))[0]
-                            for op in commits.get(d.name, ()))
             peak = max(0, read_vm_kb(d.pid, "VmHWM") - idle_kb.get(d.name, 0)) * 1024 if d.pid else 0
             out.append(DeviceProfile(name=d.name, device=d.device, layers=tuple(timings),
                                      memory_bytes=d.memory_bytes, bandwidth_mbit=round(bw, 2),
                                      latency_ms=round(latency_ms, 3), step_overhead_ms=round(base_ms, 3),
-                                     peak_memory_bytes=peak, commit_ms=round(commit_ms, 3),
-                                     commit_bytes=commit_bytes if commit_ms else 0))
-            logging.info("profiled %s in %.1f s: %s%s", d.name, time.perf_counter() - t0,
-                         ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings),
-                         ", commit of %.1f MB %.1f ms" % (commit_bytes / 1e6, commit_ms) if commit_ms else "")
+                                     peak_memory_bytes=peak))
+            logging.info("profiled %s in %.1f s: %s", d.name, time.perf_counter() - t0,
+                         ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings))
     tf.Session.reset(session_target)  # frees the transfers' variables on the devices
+    if ps_device and commit_bytes:
+        commit = time_commits(devices, session_target, ps_device, commit_bytes, repeats, config, testbed_limits)
+        out = [dataclasses.replace(p, commit_ms=round(commit[p.name], 3), commit_bytes=commit_bytes) for p in out]
     from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout, split_layout
     by_name = {d.name: d.device for d in devices}
     beside = [n for n in whole_step_devices if n in whole_beside_split and split_step_devices]
@@ -228,6 +224,28 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     return Profile(model=spec.name, batch=batch, image_shape=spec.image_shape, num_classes=spec.num_classes,
                    devices=tuple(out), split_step_ms=split_ms, split_step_devices=tuple(split_step_devices),
                    split_step_sizes={n: tuple(v) for n, v in (split_step_sizes or {}).items()})
+
+
+def time_commits(devices: Sequence[DeviceToProfile], session_target: str, ps_device: str, nbytes: int,
+                 repeats: int, config: tf.ConfigProto | None = None, testbed_limits=None) -> dict[str, float]:
+    """{device name: ms of a pull and a push of ``nbytes`` between it and ``ps_device``} (``build_commit_ops``,
+    each the median of ``repeats`` runs), in a graph and session of their own: run after the layers' session
+    is reset, the probe's bytes do not add to the layers' peak on a device near its memory budget."""
+    graph = tf.Graph()
+    with graph.as_default():
+        ops = {d.name: build_commit_ops(tf, nbytes, d.device, ps_device) for d in devices}
+        init = tf.global_variables_initializer()
+    out = {}
+    with tf.Session(session_target, graph=graph, config=config) as sess:
+        sess.run(init)
+        if testbed_limits is not None:
+            _first_runs(sess, [op for pair in ops.values() for op in pair], testbed_limits)
+        for d in devices:
+            out[d.name] = sum(robust_median(_timed(sess, op, repeats, warmup=testbed_limits is None))[0]
+                              for op in ops[d.name])
+            logging.info("commit of %.1f MB timed on %s: %.1f ms (pull and push)", nbytes / 1e6, d.name, out[d.name])
+    tf.Session.reset(session_target)
+    return out
 
 
 SPLIT = " split"  # the split step's key among layout_steps_ms's layouts (no device is named so)
