@@ -115,7 +115,7 @@ def test_the_split_step_is_timed_on_the_three_largest_budgets_if_each_holds_its_
         "whole_step_devices": ("c", "a"), "split_step_devices": ("c", "a"),
         "split_step_sizes": {n: tuple(v) for n, v in even_split_layout(SPEC.split_dims(), "ca")[1].items()},
         "whole_beside_split": ("c",), "commit_bytes": STATS.param_bytes}
-    vgg16 = get_model("vgg16", (32, 32, 1), 10)  # ~60 MB of weights: the commit is timed on the first 8 MiB
+    vgg16 = get_model("vgg16", (32, 32, 1), 10)  # ~60 MB of weights: the commit is timed on the first 4 MiB
     assert steps_to_time({"a": need}, vgg16, 32)["commit_bytes"] == COMMIT_PROBE_MAX_BYTES < model_stats(
         vgg16, 32).param_bytes
 

@@ -7,9 +7,9 @@ pull of the whole model (``ps_sync_ms``, half each way). The rounds are the stra
 same rules the chief applies, on the predicted timings instead of measured ones:
 
     phase      H (local iterations per commit)        push                      wait
-    profiling  profile_steps                          dense                     none, but the phase
-               lasts the slowest group's first round (AHL starts when every group has profiled): a faster
-               group's rounds that end within it count, the rest of the phase is its wait
+    profiling  profile_steps                          dense                     none: AHL starts when
+               every group has profiled, and a faster group runs profiling rounds back to back until
+               then, the one in flight at the switch included (it ran under profiling's controls)
     ahl, shl   ASHL's Algorithm 2 (rules.ashl_controls on the predicted timings: the slowest group
                gets the preset H, faster ones more; SHL's pushes top-k at ratio R: 8 bytes per entry,
                so 2R of the dense bytes on the wire, but no less than the devices' timed work
@@ -128,11 +128,7 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
         for t in timings:
             h, push, pull = rounds[t.name]
             own = h * t.iter_ms + push + pull
-            if phase == "profiling":  # the rounds that end within the slowest one's share its length
-                rounds_in = max(1, int(longest // own))
-                wait = (longest - rounds_in * own) / rounds_in
-            else:
-                wait = longest - own if waits else 0.0
+            wait = longest - own if waits else 0.0
             costs[t.name] = PhaseCost(t.iter_ms, h, push, pull, wait, batch[t.name] * h * 1000.0 / (own + wait))
         out[phase] = costs
     return out
