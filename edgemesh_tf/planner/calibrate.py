@@ -174,20 +174,12 @@ def beside_split_step(budgets: Mapping[str, int], spec: ModelSpec, batch: int, w
     return tuple(n for n in whole if _fits(alone + part.get(n, 0), budgets[n], spec))
 
 
-COMMIT_PROBE_MAX_BYTES = 4 << 20
-"""Each device's commit is timed on the model's weights up to this many bytes; ``cost.ps_sync_ms`` scales
-the time to the bytes the device moves in a group."""
-
-
 def steps_to_time(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> dict:
-    """The profiler's keyword arguments of what to time for calibration (``profile.run.profile_workers``):
-    whole and split steps, and the bytes of each device's commit (the model's weights, at most
-    COMMIT_PROBE_MAX_BYTES)."""
+    """The profiler's keyword arguments of what to time for calibration (``profile.run.profile_workers``)."""
     devices, sizes = split_step(budgets, spec, batch)
     whole = whole_step_devices(budgets, spec, batch)
     return {"whole_step_devices": whole, "split_step_devices": devices, "split_step_sizes": sizes,
-            "whole_beside_split": beside_split_step(budgets, spec, batch, whole, devices, sizes),
-            "commit_bytes": int(min(model_stats(spec, batch).param_bytes, COMMIT_PROBE_MAX_BYTES))}
+            "whole_beside_split": beside_split_step(budgets, spec, batch, whole, devices, sizes)}
 
 
 def compute_scales(profile: Profile, spec: ModelSpec) -> dict[str, float]:

@@ -25,12 +25,10 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
                 device (a round trip, step_overhead_ms = measured round trip of an empty run), the device
                 fetches its input batch (a round trip + the bytes)
   step_ms     = sum_l layer_ms_l + base_ms
-  ps_sync_ms  = max(2 * max(max_i 8 * model_bytes / k / bw_i, 8 * model_bytes / ps_bw) + 2 * lat_max,
-                    max_i commit_ms_i * model_bytes / k / commit_bytes_i)
+  ps_sync_ms  = 2 * max(max_i 8 * model_bytes / k / bw_i, 8 * model_bytes / ps_bw) + 2 * lat_max
                 (push + pull of the whole model: each of the k devices moves the whole tensors it holds,
                 about 1/k of the model, over its own link, all of it through the PS's; lat_max: the
-                group's largest link latency, the PS's own link is not profiled; commit_ms_i: device i's
-                pull and push of commit_bytes_i timed while profiling, its CPU included)
+                group's largest link latency, the PS's own link is not profiled)
   copy_ms     = 2 * (max_i max(recv_i, send_i) / bw_i + 2 * lat_max)   a round's masters <-> slices copies
                 (weights and momentum of the split dims; ``copy_ms``)
   memory_i    = runtime + w * 4 * sum_l params_per_unit_l * s_i,l + m * model_bytes / k
@@ -235,24 +233,11 @@ def held_memory_bytes(stats: ModelStats, held: Sequence[Sequence[int]]) -> list[
 
 def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_mbit: float = math.inf) -> float:
     """Push + pull of the whole model: each device moves its ~1/k of the whole tensors (they are
-    spread over the group by bytes) over its own link, the whole model through the PS's link. A
-    device whose commit was timed (``DeviceProfile.commit_ms``) takes at least that time scaled to
-    its part: its reads, deltas and assigns run on its own CPU, which on a throttled device costs
-    more than the bytes on the wire."""
+    spread over the group by bytes) over its own link, the whole model through the PS's link."""
     k = len(group)
     part = max(transfer_ms(stats.param_bytes / k, d.bandwidth_mbit) for d in group)
     part = max(part, media.each_once_ms(group, [stats.param_bytes / k] * k))
-    wire = 2 * max(part, transfer_ms(stats.param_bytes, ps_bandwidth_mbit)) + 2 * max(d.latency_ms for d in group)
-    return max(wire, ps_timed_ms(group, stats))
-
-
-def ps_timed_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
-    """Push + pull of the whole model as the group's devices' timed commits say (``DeviceProfile.commit_ms``
-    scaled to each device's ~1/k of the model; the slowest device's; 0 when none was timed): the devices'
-    reads, deltas and assigns, which a top-k push does not shrink (it reads the whole delta and residual
-    and writes the residual)."""
-    k = len(group)
-    return max(d.commit_ms * stats.param_bytes / k / d.commit_bytes if d.commit_bytes else 0.0 for d in group)
+    return 2 * max(part, transfer_ms(stats.param_bytes, ps_bandwidth_mbit)) + 2 * max(d.latency_ms for d in group)
 
 
 COPIED_TENSORS = 2
@@ -309,8 +294,6 @@ class GroupPrediction:
     memory_bytes: per device, see the module docstring.
     ps_sync_ms: push + pull of the whole model to the parameter server (per commit).
     copy_ms: a round's masters <-> slices copies (``copy_ms``; 0 for a group that splits nothing).
-    ps_timed_ms: push + pull as the devices' timed commits say (``ps_timed_ms``; 0 = not timed), the part
-      of ps_sync_ms that top-k compression does not shrink.
     """
 
     devices: tuple[str, ...]
@@ -322,7 +305,6 @@ class GroupPrediction:
     layers: tuple[LayerPrediction, ...]
     separable_ms: float = 0.0
     copy_ms: float = 0.0
-    ps_timed_ms: float = 0.0
 
     @property
     def commit_ms(self) -> float:

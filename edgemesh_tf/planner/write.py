@@ -38,8 +38,7 @@ def _group_dict(g: GroupPlan) -> dict:
     per_device = lambda values, nd: {n: round(float(v), nd) if nd else int(v) for n, v in zip(g.names, values)}
     return {**g.layout.to_dict(), "predicted": {
         "batch": int(g.batch), "step_ms": round(float(p.step_ms), 3), "ps_sync_ms": round(float(p.ps_sync_ms), 3),
-        "copy_ms": round(float(p.copy_ms), 3), "ps_timed_ms": round(float(p.ps_timed_ms), 3), "names": list(g.names),
-        "memory_bytes": per_device(p.memory_bytes, 0),
+        "copy_ms": round(float(p.copy_ms), 3), "names": list(g.names), "memory_bytes": per_device(p.memory_bytes, 0),
         "compute_ms": per_device(p.compute_ms, 3), "comm_ms": per_device(p.comm_ms, 3)}}
 
 

@@ -52,25 +52,6 @@ def build_transfer_op(tf, nbytes: int, src: str, dst: str):
         return tf.reduce_sum(x.read_value())
 
 
-def build_commit_ops(tf, nbytes: int, device: str, ps_device: str):
-    """The parameter-server commit of ``nbytes`` of float32 held on ``device``, as the engine runs it
-    (engine/runtime/graph.py): (pull, push). pull: the ps's tensor read into the device's weight and
-    its anchor; push: the delta (weight - anchor) made on the device and added to the ps's tensor.
-    Variables, filled once by the graph's initializer, so that a run moves and adds the bytes."""
-    n = max(1, nbytes // 4)
-    with tf.device(ps_device):
-        global_w = tf.Variable(tf.zeros([n]), trainable=False, use_resource=True)
-    with tf.device(device):
-        weight = tf.Variable(tf.zeros([n]), trainable=False, use_resource=True)
-        anchor = tf.Variable(tf.zeros([n]), trainable=False, use_resource=True)
-        pulled = global_w.read_value()
-        pull = tf.group(weight.assign(pulled, read_value=False), anchor.assign(pulled, read_value=False))
-        delta = weight.read_value() - anchor.read_value()
-    with tf.device(ps_device):
-        push = global_w.assign_add(delta, read_value=False)
-    return pull, push
-
-
 def build_noop_op(tf, device: str):
     """A trivial op on ``device``: the fixed cost of one run there (round trip, scheduling)."""
     with tf.device(device):

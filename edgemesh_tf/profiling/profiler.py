@@ -19,7 +19,7 @@ from edgemesh_tf.cluster.procs import read_vm_kb
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.models.shapes import layer_shapes
-from edgemesh_tf.profiling.layers import build_commit_ops, build_layer_op, build_noop_op, build_transfer_op
+from edgemesh_tf.profiling.layers import build_layer_op, build_noop_op, build_transfer_op
 from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
 
 TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
@@ -133,8 +133,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                     master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_devices: Sequence[str] = (),
                     split_step_devices: Sequence[str] = (), split_step_sizes: Mapping[str, Sequence[int]] | None = None,
                     whole_beside_split: Sequence[str] = (), whole_step_repeats: int = 5,
-                    config: tf.ConfigProto | None = None, testbed_limits=None, ps_device: str | None = None,
-                    commit_bytes: int = 0) -> Profile:
+                    config: tf.ConfigProto | None = None, testbed_limits=None) -> Profile:
     """Measures every device in ``devices``; ``master_device`` is where transfers are received.
     whole_step_devices: names of devices to also time at least ``whole_step_repeats`` real training
     steps of the whole model on, each alone (their ``whole_step_ms``; each must hold the model).
@@ -145,8 +144,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     step (their servers hold both graphs at once), so that the machine's drift between minutes does
     not move the ratio of the two. testbed_limits: the emulated testbed, whose limits are lifted while
     each layer, transfer and step graph sets up (its first run, ``_first_runs`` and ``layout_steps_ms``),
-    or None. ps_device, commit_bytes: the parameter server's device and the bytes of a commit to time
-    between it and each device (a pull and a push, ``build_commit_ops``; None or 0: not timed)."""
+    or None."""
     shapes = layer_shapes(spec, batch)
     idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
     graph = tf.Graph()
@@ -202,9 +200,6 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
             logging.info("profiled %s in %.1f s: %s", d.name, time.perf_counter() - t0,
                          ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings))
     tf.Session.reset(session_target)  # frees the transfers' variables on the devices
-    if ps_device and commit_bytes:
-        commit = time_commits(devices, session_target, ps_device, commit_bytes, repeats, config, testbed_limits)
-        out = [dataclasses.replace(p, commit_ms=round(commit[p.name], 3), commit_bytes=commit_bytes) for p in out]
     from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout, split_layout
     by_name = {d.name: d.device for d in devices}
     beside = [n for n in whole_step_devices if n in whole_beside_split and split_step_devices]
@@ -224,28 +219,6 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     return Profile(model=spec.name, batch=batch, image_shape=spec.image_shape, num_classes=spec.num_classes,
                    devices=tuple(out), split_step_ms=split_ms, split_step_devices=tuple(split_step_devices),
                    split_step_sizes={n: tuple(v) for n, v in (split_step_sizes or {}).items()})
-
-
-def time_commits(devices: Sequence[DeviceToProfile], session_target: str, ps_device: str, nbytes: int,
-                 repeats: int, config: tf.ConfigProto | None = None, testbed_limits=None) -> dict[str, float]:
-    """{device name: ms of a pull and a push of ``nbytes`` between it and ``ps_device``} (``build_commit_ops``,
-    each the median of ``repeats`` runs), in a graph and session of their own: run after the layers' session
-    is reset, the probe's bytes do not add to the layers' peak on a device near its memory budget."""
-    graph = tf.Graph()
-    with graph.as_default():
-        ops = {d.name: build_commit_ops(tf, nbytes, d.device, ps_device) for d in devices}
-        init = tf.global_variables_initializer()
-    out = {}
-    with tf.Session(session_target, graph=graph, config=config) as sess:
-        sess.run(init)
-        if testbed_limits is not None:
-            _first_runs(sess, [op for pair in ops.values() for op in pair], testbed_limits)
-        for d in devices:
-            out[d.name] = sum(robust_median(_timed(sess, op, repeats, warmup=testbed_limits is None))[0]
-                              for op in ops[d.name])
-            logging.info("commit of %.1f MB timed on %s: %.1f ms (pull and push)", nbytes / 1e6, d.name, out[d.name])
-    tf.Session.reset(session_target)
-    return out
 
 
 SPLIT = " split"  # the split step's key among layout_steps_ms's layouts (no device is named so)

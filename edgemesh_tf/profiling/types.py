@@ -43,10 +43,6 @@ class DeviceProfile:
       ``planner.calibrate`` from the profile's split step, in proportion to the device's compute time.
     medium, medium_mbit: the shared channel (e.g. one Wi-Fi) the device's link goes through and its
       rate (Mbit/s), from the cluster file's `media`; "" and 0 when the link is its own.
-    commit_ms, commit_bytes: a pull and a push of commit_bytes of weights between the device and the
-      parameter server, timed as the engine runs them (``profiling.layers.build_commit_ops``): ms, with
-      the device's own CPU on its reads, deltas and assigns; 0 = not timed (the planner then prices
-      the commit by the link alone).
     """
 
     name: str
@@ -61,8 +57,6 @@ class DeviceProfile:
     split_overhead_ms: float = 0.0
     medium: str = ""
     medium_mbit: float = 0.0
-    commit_ms: float = 0.0
-    commit_bytes: int = 0
 
     def layer_ms(self, name: str) -> float:
         for t in self.layers:
@@ -170,9 +164,7 @@ def profile_from_dict(d: dict, source: str = "<profile>") -> Profile:
             split_overhead_ms=_field(source, where, dev, "split_overhead_ms", "number", optional=True, default=0.0),
             medium="" if dev.get("medium") == "" else _field(source, where, dev, "medium", "str", optional=True,
                                                              default=""),
-            medium_mbit=_field(source, where, dev, "medium_mbit", "number", optional=True, default=0.0),
-            commit_ms=_field(source, where, dev, "commit_ms", "number", optional=True, default=0.0),
-            commit_bytes=_field(source, where, dev, "commit_bytes", "int", optional=True, default=0)))
+            medium_mbit=_field(source, where, dev, "medium_mbit", "number", optional=True, default=0.0)))
         if bool(devices[-1].medium) != (devices[-1].medium_mbit > 0):
             raise InputError("%s: %s: fields 'medium' and 'medium_mbit' go together (a shared channel's name and "
                              "its rate > 0 Mbit/s), got %r and %r" % (source, where, devices[-1].medium,
