@@ -33,7 +33,7 @@ test: install browser
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not emulator and not browser" tests
 	$(BIN)/python -m pytest -q -m "emulator or browser" tests
 
-# The fast loop (under 45 s, in two pytest workers): every test that starts no testbed, process or browser and takes
+# The fast loop (under a minute, in two pytest workers): every test that starts no testbed, process or browser and takes
 # under ~3 s (markers in pytest.ini; tests/test_markers.py keeps new tests honest).
 test-fast: install
 	$(BIN)/python -m pytest -q -n 2 -m "not emulator and not browser and not subprocess and not slow" tests
