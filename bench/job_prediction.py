@@ -66,5 +66,6 @@ def main(argv=None) -> int:
               "within_bound": bool(errors) and max(errors) <= args.bound, "seconds": round(time.monotonic() - t0, 1)})
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -78,5 +78,6 @@ def main():
               "over_bound": sum(r["seconds"] > BOUND_S for r in rows),
               "same_plans_in_one_process": all(r["same_plan_in_one_process"] for r in rows)})
 
+
 if __name__ == "__main__":
     main()
