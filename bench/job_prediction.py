@@ -41,7 +41,8 @@ def largest(runs: list[dict], key) -> dict:
     return out
 
 
-OPTIONS = (("clusters", ["layouts/pi4.yaml", "layouts/lan4.yaml"]), ("strategies", list(STRATEGIES)),
+OPTIONS = (("clusters", ["layouts/pi4.yaml", "layouts/lan4.yaml"]),
+           ("strategies", list(STRATEGIES), None, {"choices": STRATEGIES}),
            ("groups", [1, 2], "data-parallel groups of the plans (comma-separated)"), ("model", "vgg_wide"),
            ("dataset", "digits"), ("budget_s", 40.0, "training time of each job (s)"),
            ("bound", 0.15, "the largest error accepted, a fraction (`within_bound`; issue 45 asks 15%%)"))
@@ -49,11 +50,10 @@ OPTIONS = (("clusters", ["layouts/pi4.yaml", "layouts/lan4.yaml"]), ("strategies
 
 def main(argv=None) -> int:
     args = cli.parser(__doc__, OPTIONS).parse_args(argv)
-    strategies = cli.known(args.strategies, STRATEGIES, "strategies", "bench.job_prediction")
     t0, work, runs = time.monotonic(), tempfile.mkdtemp(prefix="job-prediction-"), []
     for cluster in args.clusters:
         for groups in args.groups:
-            for strategy in strategies:
+            for strategy in args.strategies:
                 name = f"{os.path.splitext(os.path.basename(cluster))[0]}-{groups}-{strategy}"
                 runs.append(job_rows(cluster, groups, strategy, args, os.path.join(work, name)))
                 print(f"[job_prediction] {name}: " + ", ".join(

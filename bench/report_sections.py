@@ -185,25 +185,21 @@ def final_section(res, text, out_dir):
 
 @section("## Planning time on large clusters (`planning_time`)")
 def planning_time_section(res, text, out_dir):
-    workers = res.get("workers")
     text.append(f"`{res['model']}` (32x32x3, batch 32) planned on synthetic clusters, no testbed: every link at one "
                 "speed, device speeds on four levels from the slowest to the spread times it, memory and latency "
-                "drawn per device; seconds of `planner.plan` on this machine"
-                + (f", with {workers} processes dividing groups (the planner's default: the machine's cores) and in "
-                   "one process" if workers else "") + ".\n")
-    alone = workers is not None
-    text.append(table(["Devices", "Link Mbit/s", "Speed spread", "Seconds"] + (["One process"] if alone else [])
-                      + ["Plan", "Groups (sizes)", "Idle", "Examples/s"],
-                      [[r["devices"], fmt(r["link_mbit"], 0), fmt(r["spread"], 0), fmt(r["seconds"], 2)]
-                       + ([fmt(r["one_process_seconds"], 2) + ("" if r["same_plan_in_one_process"] else
-                                                               " (**another plan**)")] if alone else [])
-                       + [r["kind"], f"{r['groups']} ({', '.join(map(str, r['group_sizes']))})", r["idle"],
-                          fmt(r["examples_per_sec"], 1)] for r in res["regimes"]]) + "\n")
+                f"drawn per device; seconds of `planner.plan` on this machine, with {res['workers']} processes "
+                "dividing groups (the planner's default: the machine's cores) and in one process.\n")
+    text.append(table(["Devices", "Link Mbit/s", "Speed spread", "Seconds", "One process", "Plan", "Groups (sizes)",
+                       "Idle", "Examples/s"],
+                      [[r["devices"], fmt(r["link_mbit"], 0), fmt(r["spread"], 0), fmt(r["seconds"], 2),
+                        fmt(r["one_process_seconds"], 2)
+                        + ("" if r["same_plan_in_one_process"] else " (**another plan**)"),
+                        r["kind"], f"{r['groups']} ({', '.join(map(str, r['group_sizes']))})", r["idle"],
+                        fmt(r["examples_per_sec"], 1)] for r in res["regimes"]]) + "\n")
     text.append(f"Slowest: {fmt(res['max_seconds'], 1)} s (issue 41: every regime within {fmt(res['bound_s'], 0)} s): "
                 + ("pass" if res["within_bound"] else f"**not met** in {res['over_bound']} of {len(res['regimes'])} "
-                   "regimes") + (f"; in one process {fmt(max(r['one_process_seconds'] for r in res['regimes']), 1)} s"
-                                 + ("" if res["same_plans_in_one_process"] else ", **with another plan**")
-                                 if alone else "") + ".\n")
+                   "regimes") + f"; in one process {fmt(max(r['one_process_seconds'] for r in res['regimes']), 1)} s"
+                + ("" if res["same_plans_in_one_process"] else ", **with another plan**") + ".\n")
 
 
 @section("## The job's cost model against the main job, per phase (`job_prediction`)")

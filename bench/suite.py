@@ -191,19 +191,19 @@ def main():
         ("quick", False, "small smoke run of the whole pipeline; figures are not evidence"),
         ("results", os.path.join(HERE, "results"), "directory of the recorded JSON"),
         ("out", HERE, "directory of REPORT.md and its plots"),
-        ("only", [], "comma-separated benchmark names (default: all)"))).parse_args()
-    only = cli.known(args.only, [b.name for b in BENCHES], "benchmarks", "bench.suite")
+        ("only", [], "comma-separated benchmark names (default: all)",
+         {"choices": [b.name for b in BENCHES]}))).parse_args()
     os.makedirs(args.results, exist_ok=True)
     info = {**machine(shlex.join(["python", "-m", "bench.suite", *sys.argv[1:]])), "quick": args.quick}
     t0 = time.monotonic()
-    for b in selected(only):
+    for b in selected(args.only):
         rec = run_bench(b, args.quick)
         print(f"[bench] {b.name}: {rec['status']} in {rec['seconds']} s"
               + (f" ({rec['error']})" if rec["error"] else ""), file=sys.stderr, flush=True)
         with open(os.path.join(args.results, f"{b.name}.json"), "w") as f:
             json.dump(rec, f, indent=1)
     info["seconds"] = round(time.monotonic() - t0, 1)
-    record_machine(os.path.join(args.results, "machine.json"), info, only)
+    record_machine(os.path.join(args.results, "machine.json"), info, args.only)
     path = report.render(args.results, args.out)
     print(f"[bench] wrote {path}", file=sys.stderr)
 

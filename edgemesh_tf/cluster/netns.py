@@ -37,7 +37,7 @@ SUPERNET = ipaddress.ip_network("10.213.0.0/16")
 PREFIX = "em"
 MAX_DEVICES_PER_SLOT = 64
 # At or below this one-way latency (ms) on every link, latency is not emulated (direct routing):
-# the delay forwarder would cost ~0.3 core per Gbit/s (bench/emulation.py --forwarder_only) and a
+# the delay forwarder would cost ~0.3 core per Gbit/s (bench/emulation.py measures it) and a
 # veth hop is ~0.02-0.05 ms, so each link's latency is under-modelled by at most this much.
 DIRECT_LATENCY_MS = 0.5
 

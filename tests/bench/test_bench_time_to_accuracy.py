@@ -88,6 +88,17 @@ def test_quick_changes_only_the_defaults():
     assert (d.dataset, d.model, d.target, d.seeds, d.other_seeds, d.variant_seeds) == ("digits32", "vgg_m", 0.90, 8, 3, 2)
 
 
+def test_unknown_names_and_variants_without_their_strategy_are_refused(capsys):
+    for argv in (["--strategies", "ashl,foo"], ["--variants", "zz"],
+                 ["--strategies", "ashl", "--variants", "adsp+constant_lr"]):
+        with pytest.raises(SystemExit) as exited:
+            tta.main(argv + ["--estimate"])
+        assert exited.value.code
+    err = capsys.readouterr().err
+    assert "--strategies: unknown ['foo']" in err and "--variants: unknown ['zz']" in err
+    assert _args("--strategies", "ashl,adsp").strategies == ["ashl", "adsp"]
+
+
 def test_every_strategy_and_variant_is_a_valid_sync_config():
     pytest.importorskip("tensorflow")
     for name in tta_plan.CONFIGS:
