@@ -210,8 +210,10 @@ class ParameterServer:
                 shape = self.shapes[name]
                 safe_idx = tf.where(ok, indices, tf.zeros_like(indices))
                 safe_val = tf.where(ok, scaled, tf.zeros_like(scaled))
-                if shape:
-                    nd = tf.transpose(tf.unravel_index(safe_idx, tf.constant(shape, tf.int64)))
+                if shape:  # flat -> nd by the shape's strides: an empty selection (an update and residual
+                    # all zero send nothing) gives [0, rank], where unravel_index fails
+                    strides = np.cumprod((1,) + tuple(shape[:0:-1]), dtype=np.int64)[::-1].copy()
+                    nd = (safe_idx[:, None] // tf.constant(strides, tf.int64)) % tf.constant(shape, tf.int64)
                 else:
                     nd = tf.zeros([tf.size(safe_idx), 0], tf.int64)
                 adds.append(tf.scatter_nd_add(self.vars[name], nd, safe_val).op)

@@ -152,3 +152,24 @@ def test_two_groups_push_concurrently_to_the_ps():
     assert cnt["version"] == 3 * N
     assert cnt["rejected"] == 2
     assert max(v for v, _ in fast["dense"] + slow["dense"] + slow["sparse"]) <= 3 * N
+
+
+def test_a_sparse_commit_with_a_tensor_that_sends_nothing_is_applied_in_process():
+    """A top-k selection can be empty (an update and residual all zero send no entry); the commit
+    still lands: the other tensors' entries are added at their nd positions, the empty one is unchanged."""
+    graph = tf.Graph()
+    with graph.as_default():
+        ps = ParameterServer([("w", (2, 3, 4)), ("b", (4,))], ["g"], ps_device="/device:CPU:0")
+        fed = {n: (tf.placeholder(tf.int32, [None]), tf.placeholder(tf.float32, [None])) for n in ("w", "b")}
+        push = ps.push_sparse_many(fed, 1.0, "g")
+        with tf.Session(graph=graph) as sess:
+            sess.run(tf.global_variables_initializer())
+            zeros = {"w": np.zeros((2, 3, 4), np.float32), "b": np.ones(4, np.float32)}
+            ps.initialize(sess, zeros)
+            feed = {fed["w"][0]: [1, 13, 23], fed["w"][1]: [1.0, 2.0, 3.0], fed["b"][0]: [], fed["b"][1]: []}
+            assert sess.run([push.version, push.accepted], feed)[1]
+            got = sess.run({n: v.read_value() for n, v in ps.vars.items()})
+    want = np.zeros(24, np.float32)
+    want[[1, 13, 23]] = [1.0, 2.0, 3.0]
+    np.testing.assert_array_equal(got["w"], want.reshape(2, 3, 4))
+    np.testing.assert_array_equal(got["b"], np.ones(4, np.float32))
