@@ -240,16 +240,6 @@ def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_m
     return 2 * max(part, transfer_ms(stats.param_bytes, ps_bandwidth_mbit)) + 2 * max(d.latency_ms for d in group)
 
 
-def compress_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
-    """A top-k push's selection (``sync.compression.TopKCompressor``) on the group's devices (ms): each
-    device selects from the ~1/k of the model's bytes it masters (spread by bytes, as ``ps_sync_ms``
-    assumes) at its profiled ``compress_ms_per_mb``; the slowest sets the time. It is compute on the
-    device, not wire: a 0.25-core device spends about as long selecting as sending the dense bytes.
-    0 for a profile that did not time it."""
-    share_mb = stats.param_bytes / len(group) / 1e6
-    return max(d.compress_ms_per_mb * share_mb for d in group)
-
-
 COPIED_TENSORS = 2
 """Whole tensors a split weight has per round of the engine: the weight and its momentum, each copied
 from its master to the slices after a pull and back before a push (training/graph.py)."""
@@ -304,8 +294,6 @@ class GroupPrediction:
     memory_bytes: per device, see the module docstring.
     ps_sync_ms: push + pull of the whole model to the parameter server (per commit).
     copy_ms: a round's masters <-> slices copies (``copy_ms``; 0 for a group that splits nothing).
-    compress_ms: a top-k push's selection on the group's devices (``compress_ms``), paid by pushes at
-      a ratio below 1 on top of their wire time.
     """
 
     devices: tuple[str, ...]
@@ -317,7 +305,6 @@ class GroupPrediction:
     layers: tuple[LayerPrediction, ...]
     separable_ms: float = 0.0
     copy_ms: float = 0.0
-    compress_ms: float = 0.0
 
     @property
     def commit_ms(self) -> float:

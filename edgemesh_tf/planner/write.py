@@ -38,8 +38,7 @@ def _group_dict(g: GroupPlan) -> dict:
     per_device = lambda values, nd: {n: round(float(v), nd) if nd else int(v) for n, v in zip(g.names, values)}
     return {**g.layout.to_dict(), "predicted": {
         "batch": int(g.batch), "step_ms": round(float(p.step_ms), 3), "ps_sync_ms": round(float(p.ps_sync_ms), 3),
-        "copy_ms": round(float(p.copy_ms), 3), "compress_ms": round(float(p.compress_ms), 3), "names": list(g.names),
-        "memory_bytes": per_device(p.memory_bytes, 0),
+        "copy_ms": round(float(p.copy_ms), 3), "names": list(g.names), "memory_bytes": per_device(p.memory_bytes, 0),
         "compute_ms": per_device(p.compute_ms, 3), "comm_ms": per_device(p.comm_ms, 3)}}
 
 
@@ -124,8 +123,7 @@ def format_table(plan: Plan) -> str:
         out.append("group %d (batch %d%s): step %.2f ms, PS push+pull %.2f ms%s"
                    % (j, g.batch, "".join(", examples per device %s" % list(s) for d, s in g.layout.sizes
                                          if d == "batch"), p.step_ms, p.ps_sync_ms,
-                      (", copies to and from the masters %.2f ms" % p.copy_ms if p.copy_ms else "")
-                      + (", a top-k push's selection %.2f ms" % p.compress_ms if p.compress_ms else "")))
+                      ", copies to and from the masters %.2f ms" % p.copy_ms if p.copy_ms else ""))
         width = max([8] + [len(n) + 1 for n in g.names])
         head = "%-10s%6s" % ("layer", "units") + "".join("%*s" % (width, n) for n in g.names)
         out.append(head + "%12s%10s%10s" % ("compute ms", "comm ms", "layer ms"))

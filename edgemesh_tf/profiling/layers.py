@@ -56,26 +56,3 @@ def build_noop_op(tf, device: str):
     """A trivial op on ``device``: the fixed cost of one run there (round trip, scheduling)."""
     with tf.device(device):
         return tf.random.uniform([])
-
-
-
-def build_compress_op(tf, entries: int, device: str, ratio: float, reps: int):
-    """An op that runs a top-k push's selection (``TopKCompressor.compress`` at ``ratio``, with its
-    residual update) ``reps`` times in sequence on ``device`` over a float32 update of ``entries``
-    held there, and returns the entries the last selected (a scalar: the selections stay on the
-    device, as the wire part is priced apart). The update and the residual are variables the graph's
-    initializer fills; ``reps`` in one run pay the round trip once."""
-    from edgemesh_tf.sync.compression import TopKCompressor
-
-    with tf.device(device):
-        update = tf.Variable(tf.random.normal([entries]), trainable=False, use_resource=True)
-    safe = device.strip("/").replace("/", "_").replace(":", "_")
-    compressor = TopKCompressor(entries, device=device, name="probe_topk_" + safe,
-                                collections=[tf.GraphKeys.GLOBAL_VARIABLES])
-    after = []
-    for _ in range(reps):
-        with tf.control_dependencies(after):
-            _, values, assign = compressor.compress(update.read_value(), ratio)
-        after = [assign]
-    with tf.device(device), tf.control_dependencies(after):
-        return tf.size(values)

@@ -1,6 +1,5 @@
 """ASHL's profiling by short pre-training: time each layer of the real model on each device through
-its own TF server, fit each link's latency and bandwidth, time a top-k push's selection, and read
-each server's peak memory.
+its own TF server, fit each link's latency and bandwidth, and read each server's peak memory.
 
 Works on any TF cluster reachable from this process (``session_target`` is a grpc:// master);
 the emulated testbed adds the server pids, so peak memory can be read from /proc.
@@ -20,7 +19,7 @@ from edgemesh_tf.cluster.procs import read_vm_kb
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.models.shapes import layer_shapes
-from edgemesh_tf.profiling.layers import build_compress_op, build_layer_op, build_noop_op, build_transfer_op
+from edgemesh_tf.profiling.layers import build_layer_op, build_noop_op, build_transfer_op
 from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
 
 TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
@@ -30,13 +29,6 @@ TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
 # LARGE_TRANSFER_IF_MS are therefore also timed at LARGE_TRANSFER_BYTES (the size of a VGG gather).
 LARGE_TRANSFER_BYTES = (2 << 20, 8 << 20)
 LARGE_TRANSFER_IF_MS = 40.0
-# A top-k push's selection is timed COMPRESS_REPS times in one run on COMPRESS_ENTRIES float32 entries
-# (1 MiB: beyond a core's L2, within the L3 that holds a model's tensors here; a few MiB more on a
-# device whose budget is tight can push its server past it), at COMPRESS_RATIO: ~60 ms a run on a
-# 0.25-core device, several CFS periods. Priced per MB of the model a device masters (``cost.compress_ms``).
-COMPRESS_ENTRIES = 1 << 18
-COMPRESS_REPS = 4
-COMPRESS_RATIO = 0.1
 # A layer whose one pass takes this many round trips of its device is timed one pass per run: the
 # round trip's jitter is then a few % of the run. Shorter layers chain ``reps`` passes per run.
 ONE_PASS_OVER_ROUND_TRIP = 20.0
@@ -162,17 +154,14 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
         local = build_noop_op(tf, master_device)
         transfers = {d.name: [build_transfer_op(tf, n, d.device, master_device)
                               for n in TRANSFER_BYTES + LARGE_TRANSFER_BYTES] for d in devices}
-        compress = {d.name: build_compress_op(tf, COMPRESS_ENTRIES, d.device, COMPRESS_RATIO, COMPRESS_REPS)
-                    for d in devices}
-        init = tf.global_variables_initializer()  # the transfers' sources, the selections' updates
+        init = tf.global_variables_initializer()  # the transfers' sources
     tf.Session.reset(session_target)
     out = []
     with tf.Session(session_target, graph=graph, config=config) as sess:
         sess.run(init)
         if testbed_limits is not None:  # each op's first run (its set-up on the device), nothing timed
             _first_runs(sess, [local] + [op for d in devices for op in
-                                         [base[d.name], *ops[d.name].values(), *transfers[d.name],
-                                                              compress[d.name]]], testbed_limits)
+                                         [base[d.name], *ops[d.name].values(), *transfers[d.name]]], testbed_limits)
         # Round trips are the largest term of a step on slow links: sample them more than layers.
         rtt_repeats = 4 * repeats
         warm = testbed_limits is None  # each timing starts with an untimed run, unless _first_runs ran it
@@ -200,8 +189,6 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                     sizes.append(n)
                     times.append(t)
             _, bw = fit_link(sizes, times)
-            select_ms, _ = robust_median(_timed(sess, compress[d.name], repeats, warmup=warm))
-            compress_ms_per_mb = max(0.0, select_ms - base_ms) / (COMPRESS_REPS * 4 * COMPRESS_ENTRIES / 1e6)
             # One-way latency: half the empty run's round trip beyond TF's own cost of a run. (The
             # fit's intercept is biased low: a token bucket lets small transfers burst.)
             latency_ms = max(0.0, base_ms - local_ms) / 2.0
@@ -209,7 +196,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
             out.append(DeviceProfile(name=d.name, device=d.device, layers=tuple(timings),
                                      memory_bytes=d.memory_bytes, bandwidth_mbit=round(bw, 2),
                                      latency_ms=round(latency_ms, 3), step_overhead_ms=round(base_ms, 3),
-                                     peak_memory_bytes=peak, compress_ms_per_mb=round(compress_ms_per_mb, 3)))
+                                     peak_memory_bytes=peak))
             logging.info("profiled %s in %.1f s: %s", d.name, time.perf_counter() - t0,
                          ", ".join("%s %.1f ms" % (t.name, t.compute_ms) for t in timings))
     tf.Session.reset(session_target)  # frees the transfers' variables on the devices

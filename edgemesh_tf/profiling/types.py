@@ -41,8 +41,6 @@ class DeviceProfile:
     split_overhead_ms: what each other device of a group adds to a split layer on this device beyond
       its modelled compute and transfers (ms per peer; 0 = as profiled): fitted by
       ``planner.calibrate`` from the profile's split step, in proportion to the device's compute time.
-    compress_ms_per_mb: a top-k push's selection of entries on the device (``TopKCompressor.compress``),
-      ms per MB (1e6 bytes) of float32 update; 0 = not measured.
     medium, medium_mbit: the shared channel (e.g. one Wi-Fi) the device's link goes through and its
       rate (Mbit/s), from the cluster file's `media`; "" and 0 when the link is its own.
     """
@@ -57,7 +55,6 @@ class DeviceProfile:
     peak_memory_bytes: int = 0
     whole_step_ms: float = 0.0
     split_overhead_ms: float = 0.0
-    compress_ms_per_mb: float = 0.0
     medium: str = ""
     medium_mbit: float = 0.0
 
@@ -165,8 +162,6 @@ def profile_from_dict(d: dict, source: str = "<profile>") -> Profile:
             peak_memory_bytes=_field(source, where, dev, "peak_memory_bytes", "int", optional=True, default=0),
             whole_step_ms=_field(source, where, dev, "whole_step_ms", "number", optional=True, default=0.0),
             split_overhead_ms=_field(source, where, dev, "split_overhead_ms", "number", optional=True, default=0.0),
-            compress_ms_per_mb=_field(source, where, dev, "compress_ms_per_mb", "number", optional=True,
-                                      default=0.0),
             medium="" if dev.get("medium") == "" else _field(source, where, dev, "medium", "str", optional=True,
                                                              default=""),
             medium_mbit=_field(source, where, dev, "medium_mbit", "number", optional=True, default=0.0)))

@@ -33,17 +33,6 @@ def test_ashl_phases_take_the_chiefs_rules_on_the_predicted_timings():
     assert slow.examples_per_sec == pytest.approx(32 * 8 * 1000 / (8 * 200 + 300))
 
 
-def test_a_top_k_push_pays_the_groups_selection_and_a_dense_one_does_not():
-    import dataclasses
-    sync = SyncConfig(strategy="ashl")
-    selecting = {g: dataclasses.replace(p, compress_ms=40.0) for g, p in PREDS.items()}
-    plain, costs = job_cost.phase_costs(sync, PREDS, BATCH), job_cost.phase_costs(sync, selecting, BATCH)
-    for g in PREDS:
-        assert costs["ahl"][g].push_ms == plain["ahl"][g].push_ms == 150.0  # dense: no selection
-        assert costs["shl"][g].push_ms == pytest.approx(plain["shl"][g].push_ms + 40.0)
-        assert costs["shl"][g].examples_per_sec < plain["shl"][g].examples_per_sec
-
-
 def test_ashls_profiling_rounds_run_back_to_back_until_ahl():
     """AHL starts once every group has profiled; until then each group runs rounds of profile_steps back
     to back, the round in flight at the switch counted in profiling (the controls it ran under), so no

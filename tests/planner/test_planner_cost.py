@@ -88,19 +88,6 @@ def test_step_memory_and_sync_by_hand(monkeypatch):
     assert p.copy_ms == pytest.approx(2 * (max(fc_bytes * 3 / 8 / 1000, fc_bytes * 3 / 8 / 2000) + 2 * 2.0))
     assert predict([a, b], stats, {}, profile_batch=20).copy_ms == 0.0  # nothing split: nothing copied
     assert predict([a], stats, {}, profile_batch=20).copy_ms == 0.0
-    assert p.compress_ms == 0.0  # a profile that did not time the selection prices none
-
-
-def test_a_top_k_selection_is_priced_on_the_share_each_device_masters():
-    import dataclasses
-    spec = sequential("m", (8, 8, 1), 4, [("dense", "fc", 4), ("dense", "out", 4, False)])
-    stats = model_stats(spec, batch=10)
-    a = dataclasses.replace(device("a", {"fc": 40.0, "out": 2.0}, task=0), compress_ms_per_mb=10.0)
-    b = dataclasses.replace(device("b", {"fc": 80.0, "out": 4.0}, task=1), compress_ms_per_mb=30.0)
-    mb = stats.param_bytes / 1e6
-    assert cost.compress_ms([a], stats) == pytest.approx(10.0 * mb)
-    assert cost.compress_ms([a, b], stats) == pytest.approx(30.0 * mb / 2)  # b, the slower, on its half
-    assert predict([a, b], stats, {"fc": (3, 1)}, profile_batch=20).compress_ms == pytest.approx(30.0 * mb / 2)
 
 
 def test_allreduce_of_input_gradient():
