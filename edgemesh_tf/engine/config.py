@@ -205,6 +205,11 @@ class SyncConfig:
                                        "this often (s), and at the switch to SHL.", check=positive())
     error_feedback: bool = setting(False, "The project's option: keep what top-k dropped and add it to the next "
                                    "push (published ASHL drops it).")
+    dense_from_ratio: float = setting(1.0, "The project's option: push dense when a group's top-k ratio is at least "
+                                      "this (0.5: where top-k's 8 bytes an entry, value and int32 index, reach the "
+                                      "dense push's bytes, before its selection on the device and its scatter on the "
+                                      "ps). Published: 1.0, top-k at every ratio below 1.",
+                                      check=fraction("a fraction of entries "))
     drift: float = setting(0.5, "ASHL with --replan: re-plan at once when a group's iteration time is off the plan's by more than "
                            "this fraction (0.5: 1.5x slower or faster) for --drift_evals evaluations in a row.",
                            check=positive(), flag_min=0.01)

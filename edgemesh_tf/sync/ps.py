@@ -16,8 +16,9 @@ same buffer on the ps server. They outlive client sessions: `tf.Session.reset(ta
         sess.run(push.version)
 
 Units: every byte count is in bytes, computed statically from shapes (float32 = 4 bytes per
-element, int64 index = 8 bytes): a dense push or a pull moves 4 * elements; a sparse push of k
-entries moves k * (4 + 8). Scalars (scale, version) are not counted.
+element): a dense push or a pull moves 4 * elements; a sparse push of k entries moves k * (4 + the
+index's bytes: 4 for int32, 8 for int64, as the pusher sends it; the ps widens it after the transfer).
+Scalars (scale, version) are not counted.
 
 Update rule: `W += scale * delta` (ASHL: scale = eta * D[i]). The ps itself checks every update it
 receives: one that is not finite (NaN/Inf in scale * delta, or a sparse index out of range) is not
@@ -61,9 +62,9 @@ def dense_bytes(shapes: Sequence[Sequence[int]]) -> int:
     return sum(FLOAT_BYTES * int(np.prod(s, dtype=np.int64)) for s in shapes)
 
 
-def sparse_bytes(k: int) -> int:
-    """Bytes of a sparse push of k (int64 flat index, float32 value) pairs."""
-    return int(k) * (FLOAT_BYTES + INDEX_BYTES)
+def sparse_bytes(k: int, index_bytes: int = INDEX_BYTES) -> int:
+    """Bytes of a sparse push of k (flat index of index_bytes, float32 value) pairs."""
+    return int(k) * (FLOAT_BYTES + index_bytes)
 
 
 class ParameterServer:
@@ -175,9 +176,9 @@ class ParameterServer:
         return Push(version=version, accepted=ok, nbytes=self.dense_push_bytes)
 
     def push_sparse(self, name: str, indices, values, scale, group: str, k: int | None = None) -> Push:
-        """W[name].flat[indices] += scale * values (a flat top-k update): only the int64 indices and the
-        float32 values cross the network, k * 12 bytes; duplicate indices add up. k: static number of
-        entries (taken from the shape of values when known)."""
+        """W[name].flat[indices] += scale * values (a flat top-k update): only the indices (as given:
+        int32 or int64) and the float32 values cross the network, k * (4 + 4 or 8) bytes; duplicate
+        indices add up. k: static number of entries (taken from the shape of values when known)."""
         values = tf.convert_to_tensor(values, tf.float32)
         if k is None:
             k = values.shape.num_elements()
@@ -185,12 +186,13 @@ class ParameterServer:
                 raise ValueError("push_sparse: pass k, the static number of entries, for values of shape %s"
                                  % values.shape)
         push = self.push_sparse_many({name: (indices, values)}, scale, group)
-        return Push(version=push.version, accepted=push.accepted, nbytes=sparse_bytes(k))
+        return Push(version=push.version, accepted=push.accepted,
+                    nbytes=sparse_bytes(k, tf.convert_to_tensor(indices).dtype.size))
 
     def push_sparse_many(self, updates: Mapping[str, tuple], scale, group: str) -> Push:
         """One commit of flat top-k updates to several tensors: {name: (indices, values)}, each applied
         as in `push_sparse`; the ps accepts or rejects the commit as a whole and counts it once.
-        nbytes is -1: the entry counts are only known when the push runs (12 bytes per entry)."""
+        nbytes is -1: the entry counts are only known when the push runs (``sparse_bytes`` each)."""
         for name in updates:
             if name not in self.vars:
                 raise KeyError("push_sparse: unknown tensor %r (tensors: %r)" % (name, self.names))

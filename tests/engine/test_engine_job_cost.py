@@ -33,6 +33,20 @@ def test_ashl_phases_take_the_chiefs_rules_on_the_predicted_timings():
     assert slow.examples_per_sec == pytest.approx(32 * 8 * 1000 / (8 * 200 + 300))
 
 
+def test_a_top_k_push_is_priced_at_its_bytes_and_dense_from_dense_from_ratio():
+    """A top-k entry is a value and an index: at ratio R the push sends 2R of the dense bytes, more than
+    the dense push above one half, unless the push goes dense from --dense_from_ratio."""
+    fast, slow = _pred(420.0), _pred(1000.0, ps_sync_ms=600.0)  # rounding leaves the fast one a slack
+    preds = {"fast": fast, "slow": slow}
+    published = job_cost.phase_costs(SyncConfig(strategy="ashl"), preds, BATCH)["shl"]["fast"]
+    capped = job_cost.phase_costs(SyncConfig(strategy="ashl", dense_from_ratio=0.5), preds, BATCH)["shl"]["fast"]
+    ratio = rules.ashl_controls(SyncConfig(strategy="ashl"), job_cost.predicted_timings(preds), "shl",
+                                rules.initial_controls(SyncConfig(strategy="ashl"), BATCH))["fast"].ratio
+    assert 0.5 < ratio < 1.0  # the faster group's slack buys it a large ratio
+    assert published.push_ms == pytest.approx(150.0 * 2 * ratio) and published.push_ms > 150.0
+    assert capped.push_ms == 150.0 and capped.examples_per_sec > published.examples_per_sec
+
+
 def test_ashls_profiling_rounds_run_back_to_back_until_ahl():
     """AHL starts once every group has profiled; until then each group runs rounds of profile_steps back
     to back, the round in flight at the switch counted in profiling (the controls it ran under), so no

@@ -84,6 +84,16 @@ def test_the_planner_amortises_ps_traffic_over_each_strategy_s_local_iterations(
     assert rules.commit_interval(SyncConfig(strategy="bsp")) == 1
 
 
+def test_a_push_goes_dense_from_dense_from_ratio_and_top_k_costs_two_bytes_fractions_an_entry():
+    published, capped = SyncConfig(strategy="ashl"), SyncConfig(strategy="ashl", dense_from_ratio=0.5)
+    assert not rules.push_is_dense(published, 0.65) and rules.push_is_dense(published, 1.0)
+    assert rules.push_wire_fraction(published, 0.65) == pytest.approx(1.3)  # more bytes than the dense push
+    assert rules.push_is_dense(capped, 0.5) and not rules.push_is_dense(capped, 0.49)
+    assert rules.push_wire_fraction(capped, 0.65) == 1.0 and rules.push_wire_fraction(capped, 0.1) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="dense_from_ratio"):
+        SyncConfig(strategy="ashl", dense_from_ratio=0.0)
+
+
 def test_fixed_compression_applies_from_the_start():
     sync = SyncConfig(strategy="asp", compression="fixed", ratio=0.01)
     assert rules.initial_controls(sync, {"a": 8, "b": 8})["a"].ratio == 0.01

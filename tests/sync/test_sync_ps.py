@@ -95,7 +95,7 @@ def _result(p, name):
 
 def test_byte_counts():
     assert dense_bytes([(3, 4), (4,)]) == 4 * 16
-    assert sparse_bytes(10) == 120
+    assert sparse_bytes(10) == 120 and sparse_bytes(10, 4) == 80  # int64 or int32 indices
 
 
 @pytest.mark.emulator

@@ -12,7 +12,7 @@ same rules the chief applies, on the predicted timings instead of measured ones:
                then, the one in flight at the switch included (it ran under profiling's controls)
     ahl, shl   ASHL's Algorithm 2 (rules.ashl_controls on the predicted timings: the slowest group
                gets the preset H, faster ones more; SHL's pushes top-k at ratio R: 8 bytes per entry,
-               so 2R of the dense bytes)                                         shl: staleness
+               so 2R of the dense bytes, or dense from --dense_from_ratio up)   shl: staleness
     train      the strategy's (rules.initial_controls; ADSP: as AHL)            bsp, local_sgd: barrier;
                                                                                  ssp: staleness
 
@@ -118,7 +118,7 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
         rounds = {}
         for t in timings:
             c, p = controls[t.name], preds[t.name]
-            push = p.ps_sync_ms / 2 * min(1.0, 2.0 * c.ratio) + p.copy_ms / 2  # top-k shrinks the wire part only
+            push = p.ps_sync_ms / 2 * rules.push_wire_fraction(sync, c.ratio) + p.copy_ms / 2  # the wire part
             rounds[t.name] = (c.local_steps, push, t.other_ms)
         waits = rules.round_rule(sync, phase, controls[timings[0].name], len(timings)).wait != "none"
         longest = max(h * t.iter_ms + push + pull for t, (h, push, pull) in zip(timings, rounds.values()))

@@ -153,6 +153,17 @@ def ashl_controls(sync: SyncConfig, timings: Sequence[schedule.WorkerTiming], ph
                                         scale=shares[t.name], share=shares[t.name]) for t in timings}
 
 
+def push_is_dense(sync: SyncConfig, ratio: float) -> bool:
+    """Whether a push at top-k `ratio` goes dense: at 1, or from ``sync.dense_from_ratio`` up."""
+    return ratio >= min(1.0, sync.dense_from_ratio)
+
+
+def push_wire_fraction(sync: SyncConfig, ratio: float) -> float:
+    """Bytes a push at top-k `ratio` sends, over the dense push's: 1 when it goes dense, else 2 * ratio
+    (a top-k entry is a float32 value and an int32 index, a dense one the value alone)."""
+    return 1.0 if push_is_dense(sync, ratio) else 2.0 * ratio
+
+
 def learning_rate(sync: SyncConfig, base_lr: float, phase: str, commits_in_phase: int) -> float:
     """A group's learning rate for its next round: `base_lr`, or with lr_schedule "cosine" the ASHL
     authors' warm-up (lr_warmup commits; not in SHL, which restarts the decay) then cosine decay over

@@ -9,8 +9,8 @@ server and the control board.
               (engine/runtime/solo_commit.py)
 The replica trains on its slices; `copy_masters_to_slices` / `copy_slices_to_masters` move whole
 tensors between masters and slices around a round (momentum buffers stay the group's own). Bytes: a pull moves
-`ps.pull_bytes`; a dense push `ps.dense_push_bytes`; a top-k push 12 bytes per entry (float32
-value + int64 index), counted when it runs.
+`ps.pull_bytes`; a dense push `ps.dense_push_bytes`; a top-k push 8 bytes per entry (float32
+value + int32 index; the ps widens the index after the transfer), counted when it runs.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.layers import ModelSpec
 from edgemesh_tf.sync.compression import TopKCompressor
-from edgemesh_tf.sync.ps import FLOAT_BYTES, INDEX_BYTES, ParameterServer
+from edgemesh_tf.sync.ps import ParameterServer, sparse_bytes
 from edgemesh_tf.training.graph import TrainGraph, build_train_graph
 
 
@@ -140,4 +140,5 @@ def _sparse(ps, deltas, comps, ratio, scale, group, error_feedback) -> dict:
     entries = tf.add_n([tf.size(v, out_type=tf.int64) for _, v in parts.values()])
     with tf.control_dependencies([push.version] + keep):
         version = tf.identity(push.version)
-    return {"version": version, "accepted": push.accepted, "bytes": entries * (FLOAT_BYTES + INDEX_BYTES)}
+    per_entry = sparse_bytes(1, next(iter(parts.values()))[0].dtype.size)  # the compressor's int32 index
+    return {"version": version, "accepted": push.accepted, "bytes": entries * per_entry}

@@ -319,9 +319,10 @@ class GroupRunner:
                 return
         t1 = time.monotonic()
         # a group alone publishes (its anchors move with the ps: the next delta starts from it, without a pull)
-        push = (self.g.publish if self.solo else self.g.push_dense) if rule.ratio >= 1.0 else self.g.push_sparse
+        dense = rules.push_is_dense(self.cfg.sync, rule.ratio)
+        push = (self.g.publish if self.solo else self.g.push_dense) if dense else self.g.push_sparse
         out = self._commit(sess, push, {self.g.ratio: min(1.0, rule.ratio), self.g.scale: rule.scale})
-        self._synced = self.solo and bool(out["accepted"]) and rule.ratio >= 1.0 and rule.scale == 1.0
+        self._synced = self.solo and bool(out["accepted"]) and dense and rule.scale == 1.0
         push_s = time.monotonic() - t1
         own_after = own + int(bool(out["accepted"]))
         self._phase_commits += 1
@@ -340,7 +341,8 @@ class GroupRunner:
         self._round += 1
         rec = {"round": self._round, "phase": phase, "t_start": t_start, "t_end": time.time(),
                "commits_before": own, "commits_seen": seen, "bound": rule.bound, "wait": rule.wait,
-               "steps": n, "loss": statistics.fmean(losses), "ratio": rule.ratio, "bytes": int(out["bytes"]),
+               "steps": n, "loss": statistics.fmean(losses), "ratio": 1.0 if dense else rule.ratio,
+               "bytes": int(out["bytes"]),
                "accepted": bool(out["accepted"]), "version": int(out["version"]), "wait_s": round(waited, 4),
                "learning_rate": lr}
         self._write(rec)
