@@ -159,6 +159,30 @@ def test_ashl_profiling_ahl_then_shl():
     assert [p for p, _, _ in m.phases.transitions] == ["profiling", "ahl", "shl"]
 
 
+def test_the_published_shl_plan_counts_each_group_s_profiled_top_k_selection():
+    """ASHL's Algorithm 2 adds a worker's compression time to its compressed round (the authors'
+    time_gc): the groups report it from their profiling rounds, and SHL's H and R are planned with it."""
+    from edgemesh_tf.engine.core import rules
+    from edgemesh_tf.sync.schedule import WorkerTiming
+
+    def shl_controls(compress_ms):
+        m = _machine(sync=SyncConfig(strategy="ashl", shl_loss=0.5))
+        m.step(decide.Snapshot(0.0, 0.0, stage="start"))
+        prof = {g: {"profiled": 1, "profile_iter_ms": ms, "profile_pull_ms": 5, "profile_push_ms": 20,
+                    "profile_compress_ms": compress_ms[g]} for g, ms in (("a", 10), ("b", 40))}
+        m.step(_snap(1.0, _stats(**prof), evals=[(0.2, 0.1, 2.0)]))
+        m.step(_snap(2.0, _stats(**prof), evals=[(1.5, 0.5, 0.4)]))
+        assert m.phase == "shl"
+        return {g: (c.local_steps, c.ratio) for g, c in m.controls.items()}
+
+    sync = SyncConfig(strategy="ashl")
+    timings = [WorkerTiming("a", 10, 25, 20, 5, 0.0), WorkerTiming("b", 40, 25, 20, 5, 30.0)]
+    want = rules.ashl_controls(sync, timings, "shl", rules.initial_controls(sync, {"a": 32, "b": 32}))
+    got = shl_controls({"a": 0.0, "b": 30.0})
+    assert got == {g: (c.local_steps, c.ratio) for g, c in want.items()}
+    assert got != shl_controls({"a": 0.0, "b": 0.0})  # the selection's time moved the plan
+
+
 def test_a_job_of_one_group_runs_one_phase_on_solo_rounds_whatever_the_strategy():
     from edgemesh_tf.engine.core import rules
 

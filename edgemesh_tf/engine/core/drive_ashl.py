@@ -77,9 +77,11 @@ class AshlDriver:
         return []
 
     def _profiled(self, stats) -> list[schedule.WorkerTiming]:
-        """The live groups' profiling measurements (ms), pushes dense."""
+        """The live groups' profiling measurements (ms): pushes dense, and the top-k selection the
+        published rule adds to a compressed round."""
         return [schedule.WorkerTiming(g, max(1e-3, s["profile_iter_ms"]), s["profile_pull_ms"] + s["profile_push_ms"],
-                                      s["profile_push_ms"], s["profile_pull_ms"]) for g, s in self.m.live(stats).items()]
+                                      s["profile_push_ms"], s["profile_pull_ms"], s.get("profile_compress_ms", 0.0))
+                for g, s in self.m.live(stats).items()]
 
     def _planned(self, stats) -> list[schedule.WorkerTiming]:
         """The live groups' timings of the last plan with each (their profile), else the profile on the board."""

@@ -52,8 +52,8 @@ GLOBAL_FIELDS = ("phase", "stop", "heartbeat")
 # unix time its process started (the totals of a new incarnation start again from zero).
 CUMULATIVE = ("steps", "examples", "commits", "compute_s", "pull_s", "push_s", "wait_s", "bytes_sent",
               "bytes_received")
-STAT_FIELDS = CUMULATIVE + ("loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms", "profiled",
-                            "round_s", "done", "joining", "incarnation")
+STAT_FIELDS = CUMULATIVE + ("loss", "heartbeat", "profile_iter_ms", "profile_push_ms", "profile_pull_ms",
+                            "profile_compress_ms", "profiled", "round_s", "done", "joining", "incarnation")
 
 
 @dataclasses.dataclass(frozen=True)

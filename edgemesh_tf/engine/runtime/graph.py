@@ -28,7 +28,9 @@ from edgemesh_tf.training.graph import TrainGraph, build_train_graph
 @dataclasses.dataclass
 class ReplicaGraph:
     """Handles into a replica graph (see the module docstring). ratio / scale: float32 scalar
-    placeholders of a push; push_dense / push_sparse / publish: fetches {"version", "accepted", "bytes"}."""
+    placeholders of a push; push_dense / push_sparse / publish: fetches {"version", "accepted", "bytes"};
+    select: push_sparse's top-k selection at `ratio` alone (on the masters' devices: nothing is sent,
+    nothing changes), which ASHL's profiling round times as the authors' compression time."""
 
     train: TrainGraph
     ps: ParameterServer
@@ -40,6 +42,7 @@ class ReplicaGraph:
     push_dense: dict
     push_sparse: dict
     publish: dict
+    select: tf.Tensor | None
     local_init: tf.Operation
     counters: dict
 
@@ -76,6 +79,7 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
             ratio = tf.placeholder(tf.float32, [], name="ratio")
             scale = tf.placeholder(tf.float32, [], name="scale")
             push_dense = push_sparse = publish = {}
+            select = None
             if group is not None:
                 comps = {n: TopKCompressor(int(v.shape.num_elements()), device=on[n],
                                            name="topk/" + n.replace("/", "_")) for n, v in masters.items()}
@@ -86,11 +90,11 @@ def build_replica_graph(spec: ModelSpec, layout: Layout, batch_size: int, groups
                         deltas[n] = tf.reshape(masters[n].read_value() - anchors[n].read_value(), [-1])
                 push_dense, pushed = _dense(ps, masters, deltas, comps, scale, group, error_feedback)
                 publish = _publish(push_dense, pushed, anchors, scale)
-                push_sparse = _sparse(ps, deltas, comps, ratio, scale, group, error_feedback)
+                push_sparse, select = _sparse(ps, deltas, comps, ratio, scale, group, error_feedback)
         local_init = tf.variables_initializer(local)
     return ReplicaGraph(train=g, ps=ps, board=board, masters=masters, pull=pull, ratio=ratio,
                         scale=scale, push_dense=push_dense, push_sparse=push_sparse, publish=publish,
-                        local_init=local_init, counters=counters)
+                        select=select, local_init=local_init, counters=counters)
 
 
 def _dense(ps, masters, deltas, comps, scale, group, error_feedback) -> tuple[dict, dict]:
@@ -127,8 +131,9 @@ def _publish(push_dense: dict, pushed: dict, anchors: dict, scale) -> dict:
     return {**push_dense, "version": version}
 
 
-def _sparse(ps, deltas, comps, ratio, scale, group, error_feedback) -> dict:
-    """Top-k of each tensor's delta (+ residual with error feedback); the rest stays in the residual."""
+def _sparse(ps, deltas, comps, ratio, scale, group, error_feedback) -> tuple[dict, tf.Tensor]:
+    """Top-k of each tensor's delta (+ residual with error feedback); the rest stays in the residual.
+    Returns (the push's fetches, the selection alone: its values made where they are, not sent)."""
     parts, keep = {}, []
     for n, delta in deltas.items():
         indices, values, assign = comps[n].compress(delta, ratio)
@@ -141,4 +146,6 @@ def _sparse(ps, deltas, comps, ratio, scale, group, error_feedback) -> dict:
     with tf.control_dependencies([push.version] + keep):
         version = tf.identity(push.version)
     per_entry = sparse_bytes(1, next(iter(parts.values()))[0].dtype.size)  # the compressor's int32 index
-    return {"version": version, "accepted": push.accepted, "bytes": entries * per_entry}
+    with tf.device(next(iter(deltas.values())).device):  # a scalar of the values, so that none is pruned
+        select = tf.add_n([tf.reduce_sum(v) for _, v in parts.values()], name="select")
+    return {"version": version, "accepted": push.accepted, "bytes": entries * per_entry}, select
