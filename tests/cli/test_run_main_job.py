@@ -37,10 +37,15 @@ def test_a_rerun_reuses_the_device_profile_and_sets_up_sooner(main_run, tmp_path
     with open(tmp_path / "rerun" / "summary.json") as f:
         rerun = json.load(f)
     cache = rerun["profile_cache"]
-    assert cache["reused"] and os.path.exists(cache["entry"]), cache
-    assert cache["entry"] == first["profile_cache"]["entry"]  # the first run's profile, kept in the cache
-    # the first run recorded its groups' iteration times in the entry, and this run iterated within 1.5x of them
-    assert cache["profiled_iteration_ms"] and not cache["off"] and not cache["dropped"], cache
+    assert cache["reused"] and cache["entry"] == first["profile_cache"]["entry"], cache  # the first run's profile
+    # the first run recorded its groups' iteration times in the entry; this run kept the entry when it iterated
+    # within 1.5x of them, else it dropped it and said which group was off (this machine's speed can move so)
+    assert cache["profiled_iteration_ms"], cache
+    if cache["off"]:
+        assert cache["dropped"] == cache["entry"] and not os.path.exists(cache["entry"]), cache
+        assert all(not 1 / 1.5 <= m / r <= 1.5 for r, m in cache["off"].values()), cache
+    else:
+        assert not cache["dropped"] and os.path.exists(cache["entry"]), cache
     assert "set-up reused the device profile measured" in out.stdout and "planned in" in out.stdout
     assert "profiled and planned in" not in out.stdout
     with open(os.path.join(logdir, "profile.json")) as a, open(tmp_path / "rerun" / "profile.json") as b:
