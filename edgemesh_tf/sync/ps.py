@@ -39,6 +39,7 @@ import numpy as np
 
 from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
+from edgemesh_tf.sync.compression import bytes_sent
 
 COLLECTION = "edgemesh_parameter_server"
 FLOAT_BYTES = 4
@@ -64,7 +65,7 @@ def dense_bytes(shapes: Sequence[Sequence[int]]) -> int:
 
 def sparse_bytes(k: int, index_bytes: int = INDEX_BYTES) -> int:
     """Bytes of a sparse push of k (flat index of index_bytes, float32 value) pairs."""
-    return int(k) * (FLOAT_BYTES + index_bytes)
+    return bytes_sent(k, index_bytes)
 
 
 class ParameterServer:
@@ -185,9 +186,9 @@ class ParameterServer:
             if k is None:
                 raise ValueError("push_sparse: pass k, the static number of entries, for values of shape %s"
                                  % values.shape)
+        indices = tf.convert_to_tensor(indices)
         push = self.push_sparse_many({name: (indices, values)}, scale, group)
-        return Push(version=push.version, accepted=push.accepted,
-                    nbytes=sparse_bytes(k, tf.convert_to_tensor(indices).dtype.size))
+        return Push(version=push.version, accepted=push.accepted, nbytes=sparse_bytes(k, indices.dtype.size))
 
     def push_sparse_many(self, updates: Mapping[str, tuple], scale, group: str) -> Push:
         """One commit of flat top-k updates to several tensors: {name: (indices, values)}, each applied

@@ -80,7 +80,7 @@ class AshlDriver:
         """The live groups' profiling measurements (ms): pushes dense, and the top-k selection the
         published rule adds to a compressed round."""
         return [schedule.WorkerTiming(g, max(1e-3, s["profile_iter_ms"]), s["profile_pull_ms"] + s["profile_push_ms"],
-                                      s["profile_push_ms"], s["profile_pull_ms"], s.get("profile_compress_ms", 0.0))
+                                      s["profile_push_ms"], s["profile_pull_ms"], s["profile_compress_ms"])
                 for g, s in self.m.live(stats).items()]
 
     def _planned(self, stats) -> list[schedule.WorkerTiming]:

@@ -154,8 +154,8 @@ def ashl_controls(sync: SyncConfig, timings: Sequence[schedule.WorkerTiming], ph
 
 
 def push_is_dense(sync: SyncConfig, ratio: float) -> bool:
-    """Whether a push at top-k `ratio` goes dense: at 1, or from ``sync.dense_from_ratio`` up."""
-    return ratio >= min(1.0, sync.dense_from_ratio)
+    """Whether a push at top-k `ratio` goes dense: from ``sync.dense_from_ratio`` (<= 1) up."""
+    return ratio >= sync.dense_from_ratio
 
 
 def push_wire_fraction(sync: SyncConfig, ratio: float) -> float:

@@ -145,7 +145,10 @@ def _sparse(ps, deltas, comps, ratio, scale, group, error_feedback) -> tuple[dic
     entries = tf.add_n([tf.size(v, out_type=tf.int64) for _, v in parts.values()])
     with tf.control_dependencies([push.version] + keep):
         version = tf.identity(push.version)
-    per_entry = sparse_bytes(1, next(iter(parts.values()))[0].dtype.size)  # the compressor's int32 index
-    with tf.device(next(iter(deltas.values())).device):  # a scalar of the values, so that none is pruned
-        select = tf.add_n([tf.reduce_sum(v) for _, v in parts.values()], name="select")
-    return {"version": version, "accepted": push.accepted, "bytes": entries * per_entry}, select
+    index_bytes = next(iter(parts.values()))[0].dtype.size  # the compressor's int32 index
+    sums = []
+    for _, v in parts.values():  # a scalar of each tensor's values where they are made, so none is pruned or sent
+        with tf.device(v.device):
+            sums.append(tf.reduce_sum(v))
+    select = tf.add_n(sums, name="select")
+    return {"version": version, "accepted": push.accepted, "bytes": entries * sparse_bytes(1, index_bytes)}, select

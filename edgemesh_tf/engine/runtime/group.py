@@ -440,12 +440,10 @@ class GroupRunner:
         self._prof_steps += list(step_s)
         self._prof_comm.append((pull_s, push_s, select_s))
         if len(self._prof_comm) >= PROFILE_ROUNDS:
-            self.profile = {
-                "profile_iter_ms": 1000 * statistics.median(self._prof_steps),
-                "profile_pull_ms": 1000 * min(c[0] for c in self._prof_comm),
-                "profile_push_ms": 1000 * min(c[1] for c in self._prof_comm),
-                "profile_compress_ms": 1000 * min(c[2] for c in self._prof_comm),
-                "profiled": 1.0}
+            pulls, pushes, selections = zip(*self._prof_comm)
+            self.profile = {"profile_iter_ms": 1000 * statistics.median(self._prof_steps),
+                            "profile_pull_ms": 1000 * min(pulls), "profile_push_ms": 1000 * min(pushes),
+                            "profile_compress_ms": 1000 * min(selections), "profiled": 1.0}
 
     def _stats(self, loss: float, round_s: float = 0.0) -> dict:
         self._last_loss, self._last_round_s = loss, round_s
