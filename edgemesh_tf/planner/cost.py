@@ -25,12 +25,14 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
                 device (a round trip, step_overhead_ms = measured round trip of an empty run), the device
                 fetches its input batch (a round trip + the bytes)
   step_ms     = sum_l layer_ms_l + base_ms
-  ps_sync_ms  = 2 * max(max_i 8 * model_bytes / k / bw_i, 8 * model_bytes / ps_bw) + 2 * lat_max
-                (push + pull of the whole model: each of the k devices moves the whole tensors it holds,
-                about 1/k of the model, over its own link, all of it through the PS's; lat_max: the
-                group's largest link latency, the PS's own link is not profiled)
+  ps_sync_ms  = 2 * max(max_i 8 * master_i / bw_i, 8 * model_bytes / ps_bw) + 2 * lat_max
+                (push + pull of the whole model: each device moves the whole tensors it masters,
+                master_i bytes as the engine places them (``masters``), over its own link, all of it
+                through the PS's; lat_max: the group's largest link latency, the PS's own link is not
+                profiled)
   copy_ms     = 2 * (max_i max(recv_i, send_i) / bw_i + 2 * lat_max)   a round's masters <-> slices copies
-                (weights and momentum of the split dims; ``copy_ms``)
+                of every tensor, weights and momentum (a split one's shares, a replicated one whole to
+                each device; ``masters.copied_bytes``)
   memory_i    = runtime + w * 4 * sum_l params_per_unit_l * s_i,l + m * model_bytes / k
                 + a * b * (image + sum_l in_l + sum_l act_l * s_i,l/U) + 2 * model_bytes / k
                 (``memory.MemoryModel``: weights and their optimizer copies, the device's part of the
@@ -50,7 +52,7 @@ import dataclasses
 import math
 from typing import Mapping, Sequence
 
-from edgemesh_tf.planner import media
+from edgemesh_tf.planner import masters, media
 from edgemesh_tf.planner import memory as memory_lib
 from edgemesh_tf.planner.collectives import allreduce_latency_ms, direct_latency_ms
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, DimStats, ModelStats
@@ -232,41 +234,24 @@ def held_memory_bytes(stats: ModelStats, held: Sequence[Sequence[int]]) -> list[
 
 
 def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_mbit: float = math.inf) -> float:
-    """Push + pull of the whole model: each device moves its ~1/k of the whole tensors (they are
-    spread over the group by bytes) over its own link, the whole model through the PS's link."""
-    k = len(group)
-    part = max(transfer_ms(stats.param_bytes / k, d.bandwidth_mbit) for d in group)
-    part = max(part, media.each_once_ms(group, [stats.param_bytes / k] * k))
+    """Push + pull of the whole model: each device moves the whole tensors it masters
+    (``masters.pushed_bytes``) over its own link, the whole model through the PS's link."""
+    parts = masters.pushed_bytes(group, stats)
+    part = max(transfer_ms(b, d.bandwidth_mbit) for b, d in zip(parts, group))
+    part = max(part, media.each_once_ms(group, parts))
     return 2 * max(part, transfer_ms(stats.param_bytes, ps_bandwidth_mbit)) + 2 * max(d.latency_ms for d in group)
 
 
-COPIED_TENSORS = 2
-"""Whole tensors a split weight has per round of the engine: the weight and its momentum, each copied
-from its master to the slices after a pull and back before a push (training/graph.py)."""
-
-
 def copy_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares]) -> float:
-    """A round's masters <-> slices copies of a split group (the engine's, after the pull and before
-    the push; 0 when nothing is split): each split tensor's master lives on one device (spread by
-    bytes: 1/k of them each, in expectation), so device i receives its share s_i/U of the (k-1)/k
-    mastered elsewhere and sends the others' shares of its own 1/k, both over its full-duplex link;
-    the busier direction of the busiest device sets each copy's time, paid twice."""
-    k = len(group)
-    if k < 2:
+    """A round's masters <-> slices copies of a group of two or more devices (the engine's, after the pull
+    and before the push; ``masters.copied_bytes``): each device sends the shares of the tensors it
+    masters and receives its own shares of the others', over its full-duplex link; the busier direction
+    of the busiest device sets each copy's time, paid twice. 0 for one device."""
+    sent, received = masters.copied_bytes(group, stats, assignment)
+    if not any(sent):
         return 0.0
-    recv, send = [0.0] * k, [0.0] * k
-    for dim in stats.dims:
-        shares = assignment.get(dim.name)
-        if shares is None:
-            continue
-        nbytes = COPIED_TENSORS * FLOAT_BYTES * dim.params_per_unit * dim.units
-        for i, s in enumerate(shares):
-            recv[i] += nbytes * s / dim.units * (k - 1) / k
-            send[i] += nbytes * (dim.units - s) / dim.units / k
-    if not any(recv):
-        return 0.0
-    one = max(transfer_ms(max(r, t), d.bandwidth_mbit) for r, t, d in zip(recv, send, group))
-    one = max(one, media.each_once_ms(group, [r + t for r, t in zip(recv, send)]))
+    one = max(transfer_ms(max(r, t), d.bandwidth_mbit) for r, t, d in zip(received, sent, group))
+    one = max(one, media.each_once_ms(group, [r + t for r, t in zip(received, sent)]))
     return 2 * (one + 2 * max(d.latency_ms for d in group))
 
 

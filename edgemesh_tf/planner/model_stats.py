@@ -9,6 +9,7 @@ segment (flatten, add, concat) run replicated and are not priced: their work is 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 from edgemesh_tf.layers import KINDS
@@ -42,6 +43,22 @@ class DimStats:
 
 
 @dataclasses.dataclass(frozen=True)
+class TensorStats:
+    """One whole (master) variable of an engine replica (``planner.masters``).
+
+    nbytes: float32 bytes. dim: the split dim its last axis runs over (its layer's, or for a
+    per-channel layer the dim of the input it runs on), or None when it is replicated whatever the
+    layout. kind: "weight" (trainable), "state" (statistics a layer updates itself) or "momentum" (a
+    weight's optimizer slot: copied between masters and slices, never sent to the parameter server).
+    """
+
+    name: str
+    nbytes: int
+    dim: str | None
+    kind: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelStats:
     """Per-dim stats in layer order, for ``batch`` examples per step.
 
@@ -50,6 +67,7 @@ class ModelStats:
       (``memory.MemoryModel.replica_bytes``), and the group's first device hosts its session. False:
       as one plain layout with no parameter server, its session on the chief (`edgemesh train
       --layout`), which needs less memory.
+    tensors: every master variable, in the order the engine creates them (``tensor_stats``).
     """
 
     model: str
@@ -57,11 +75,17 @@ class ModelStats:
     dims: tuple[DimStats, ...]
     image_bytes: int  # per example
     engine: bool = True
+    tensors: tuple[TensorStats, ...] = ()
+
+    @functools.cached_property
+    def tensor_bytes(self) -> tuple[int, ...]:
+        """``tensors``' bytes, in order (``masters.placed_ranks``' key)."""
+        return tuple(t.nbytes for t in self.tensors)
 
     @property
     def param_bytes(self) -> int:
-        """float32 bytes of all weights and biases of the model."""
-        return FLOAT_BYTES * sum(d.params_per_unit * d.units for d in self.dims)
+        """float32 bytes of all weights and state (what the parameter server holds)."""
+        return sum(t.nbytes for t in self.tensors if t.kind != "momentum")
 
     def dim(self, name: str) -> DimStats:
         for d in self.dims:
@@ -89,4 +113,26 @@ def model_stats(spec: ModelSpec, batch: int, engine: bool = True) -> ModelStats:
         out_bytes = FLOAT_BYTES * math.prod(spec.shape_of(seg.layers[-1].name))
         dims.append(DimStats(seg.name, units, -(-params // units), out_bytes, in_bytes, flops, FLOAT_BYTES * act))
     h0, w0, c0 = spec.image_shape
-    return ModelStats(spec.name, batch, tuple(dims), FLOAT_BYTES * h0 * w0 * c0, engine)
+    return ModelStats(spec.name, batch, tuple(dims), FLOAT_BYTES * h0 * w0 * c0, engine, tensor_stats(spec))
+
+
+def tensor_stats(spec: ModelSpec) -> tuple[TensorStats, ...]:
+    """The master variables of ``spec`` in creation order (training/graph.py): each layer's weights
+    in layer order as its kind lists them, then the momentum slot of every trainable weight. A
+    weight's dim is its layer's channel dim as the mtf build names it: a split layer's own, a
+    per-channel layer's single input's, None after a layer that gathers its inputs whole."""
+    channel: dict[str, str | None] = {}
+    out = []
+    for layer in spec.layers:
+        kind = KINDS[layer.kind]
+        if kind.splits:
+            channel[layer.name] = layer.name
+        elif kind.follows and len(layer.inputs) == 1:
+            channel[layer.name] = channel.get(layer.inputs[0])
+        else:
+            channel[layer.name] = None
+        for w in kind.weights(layer, spec.input_shapes(layer)):
+            out.append(TensorStats("%s/%s" % (layer.name, w.name), FLOAT_BYTES * w.size, channel[layer.name],
+                                   "weight" if w.trainable else "state"))
+    out += [TensorStats("momentum/" + t.name, t.nbytes, t.dim, "momentum") for t in list(out) if t.kind == "weight"]
+    return tuple(out)

@@ -10,7 +10,7 @@ from edgemesh_tf import layers as L
 from edgemesh_tf.layers import model_from_dict
 from edgemesh_tf.models.zoo import get_model
 from edgemesh_tf.planner import model_stats, predict
-from edgemesh_tf.planner import cost, memory
+from edgemesh_tf.planner import cost, masters, memory
 
 
 def test_vgg_sizes():
@@ -78,15 +78,21 @@ def test_step_memory_and_sync_by_hand(monkeypatch):
     fixed = 10 * (4 * 64 + 4 * 4) + (2 + 2) * model_bytes // 2  # image + out's input (fc's gathered output)
     assert p.memory_bytes == (fixed + 12 * 65 * 3 + 10 * 4 * 3 + 12 * 5 * 4 + 10 * 16,
                               fixed + 12 * 65 * 1 + 10 * 4 * 1 + 12 * 5 * 4 + 10 * 16)
-    # each device pushes and pulls its half of the whole tensors over its own link
-    assert p.ps_sync_ms == pytest.approx(2 * max(model_bytes / 2 / 1000, model_bytes / 2 / 2000) + 2 * 2.0)
-    # a round's copies of fc's weight and momentum (2 * 4 * 65 * 4 bytes) between masters and slices, each
-    # master on one device in expectation half the time: a receives 3/4 of the half mastered on b and sends
-    # 1/4 of its own half, b receives 1/4 of a's half and sends 3/4 of its own: a's 780 bytes at 1000 bytes/ms
-    # set each copy, + a hop over both links (2 * 2 ms); paid twice (after the pull, before the push)
-    fc_bytes = 2 * 4 * 65 * 4
-    assert p.copy_ms == pytest.approx(2 * (max(fc_bytes * 3 / 8 / 1000, fc_bytes * 3 / 8 / 2000) + 2 * 2.0))
-    assert predict([a, b], stats, {}, profile_batch=20).copy_ms == 0.0  # nothing split: nothing copied
+    # the masters as mtf's placer puts them, in creation order (a = task 0 takes ties): fc/kernel (1024 bytes)
+    # -> a; fc/bias (16), out/kernel (64), out/bias (16) -> b; their momentum slots: fc/kernel's (1024) -> b,
+    # the other three -> a. Each device pushes and pulls the weights it masters over its own link:
+    # a 1024 bytes at 1000 bytes/ms, b 96 at 2000
+    assert masters.pushed_bytes([a, b], stats) == [1024, 96]
+    assert p.ps_sync_ms == pytest.approx(2 * max(1024 / 1000, 96 / 2000) + 2 * 2.0)
+    # a round's copies between masters and slices: a master sends each other device its share of a split
+    # tensor (fc's: a holds 3 of 4 units) and a replicated tensor whole (out's). a sends b 1/4 of fc/kernel,
+    # 1/4 of fc/bias's momentum and out's two momentum slots whole: 256 + 4 + 64 + 16 = 340 bytes; b sends a
+    # 3/4 of fc/bias and of fc/kernel's momentum and out's two weights whole: 12 + 768 + 64 + 16 = 860.
+    # a receives 860 at 1000 bytes/ms: each copy, + a hop over both links (2 * 2 ms); paid twice
+    assert masters.copied_bytes([a, b], stats, {"fc": (3, 1)}) == ([340, 860], [860, 340])
+    assert p.copy_ms == pytest.approx(2 * (860 / 1000 + 2 * 2.0))
+    # nothing split: every tensor goes whole to the other device (1120 bytes each way)
+    assert predict([a, b], stats, {}, profile_batch=20).copy_ms == pytest.approx(2 * (1120 / 1000 + 2 * 2.0))
     assert predict([a], stats, {}, profile_batch=20).copy_ms == 0.0
 
 

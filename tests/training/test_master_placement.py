@@ -1,12 +1,15 @@
 """Where a split's whole (master) variables live: spread over the group's devices by bytes (the
 default), or all on the first device. On "first" the first device of a split held the whole model
 on top of its slices (VGG-16, batch 32, 4 ways: 402 MiB against ~141 on the others)."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from edgemesh_tf.mesh.build import session_config
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout, local_devices
+from edgemesh_tf.planner import masters, model_stats
 from edgemesh_tf.training.graph import build_train_graph
 from edgemesh_tf.training.loop import restore_or_init
 
@@ -86,3 +89,20 @@ def test_slices_are_gathered_where_their_master_lives(spread3):
     assert len(concats) >= 4, concats  # every split tensor of vgg (weights and biases of split layers)
     assert all(at == master for at, master in concats), concats
     assert len({master for _, master in concats}) > 1  # the masters, hence the gathers, are spread
+
+
+def test_the_planner_places_every_master_where_the_engine_does(spread3, vgg_digits):
+    """planner.masters replays mtf's placer from the model alone: the cost model's push, pull and copy
+    bytes per device rest on it (a model whose bytes sit in one tensor has one device holding them)."""
+    layout = _layout(vgg_digits, 3)
+    stats = model_stats(vgg_digits, 8)
+    on = {v.name[:-2]: v.device for v in spread3.graph.get_collection(tf.GraphKeys.GLOBAL_VARIABLES)}
+    group = [SimpleNamespace(device=d) for d in reversed(layout.devices)]  # ties go by device string, not order
+    predicted = masters.master_devices(group, stats)
+    graph_names = [t.name if t.kind != "momentum" else "momentum/" + t.name[len("momentum/"):].replace("/", "_")
+                   for t in stats.tensors]
+    assert set(graph_names) <= set(on) and len(graph_names) == len(spread3.weights) * 2 - sum(
+        t.kind == "state" for t in stats.tensors)
+    assert [tf.DeviceSpec.from_string(on[n]) for n in graph_names] == [
+        tf.DeviceSpec.from_string(group[i].device) for i in predicted]
+    assert len(set(predicted)) == 3
