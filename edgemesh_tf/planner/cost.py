@@ -31,8 +31,8 @@ A group is an ordered list of DeviceProfiles (the ring order of its collectives)
                 through the PS's; lat_max: the group's largest link latency, the PS's own link is not
                 profiled)
   copy_ms     = 2 * (max_i max(recv_i, send_i) / bw_i + 2 * lat_max)   a round's masters <-> slices copies
-                of every tensor, weights and momentum (a split one's shares, a replicated one whole to
-                each device; ``masters.copied_bytes``)
+                of every weight and state tensor (a split one's shares, a replicated one whole to each
+                device; momentum stays in the slices; ``masters.copied_bytes``)
   memory_i    = runtime + w * 4 * sum_l params_per_unit_l * s_i,l + m * model_bytes / k
                 + a * b * (image + sum_l in_l + sum_l act_l * s_i,l/U) + 2 * model_bytes / k
                 (``memory.MemoryModel``: weights and their optimizer copies, the device's part of the

@@ -7,10 +7,11 @@ to the smallest TF device string. A model whose bytes sit in one tensor (VGG's f
 therefore has one device holding most of them, whatever the group's size. That device moves them:
 
   push, pull   each weight and state tensor between its master and the parameter server
-  copies       after a pull, masters -> slices: a split tensor's master sends every other device its
-               share (U - s_m)/U of the tensor, a replicated one the whole tensor to each of the k - 1
-               others; before a push, slices -> masters: the same bytes the other way (a replicated
-               tensor comes back from the group's first device only, at most the same bytes)
+  copies       after a pull, masters -> slices, each weight and state tensor: a split one's master sends
+               every other device its share (U - s_m)/U of it, a replicated one's the whole tensor to
+               each of the k - 1 others; before a push, slices -> masters: the same bytes the other
+               way (a replicated tensor comes back from the group's first device only, at most the
+               same bytes). Momentum slots stay in the slices (``TrainGraph.copy_weights_to_slices``)
 
 Pure: no TensorFlow. tests/training/test_master_placement.py checks the placement against the graph's.
 """
@@ -59,14 +60,16 @@ def pushed_bytes(group: Sequence[DeviceProfile], stats: ModelStats) -> list[floa
 
 def copied_bytes(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares]
                  ) -> tuple[list[float], list[float]]:
-    """(sent, received) bytes per device of ``group`` in one masters -> slices copy (the module
-    docstring), under ``assignment`` {dim: shares}; both zero in a group of one device."""
+    """(sent, received) bytes per device of ``group`` in one masters -> slices copy of the weights and
+    state (the module docstring), under ``assignment`` {dim: shares}; both zero in a group of one device."""
     k = len(group)
     sent, received = [0.0] * k, [0.0] * k
     if k < 2:
         return sent, received
     units = {d.name: d.units for d in stats.dims}
     for t, m in zip(stats.tensors, master_devices(group, stats)):
+        if t.kind == "momentum":
+            continue
         shares = assignment.get(t.dim) if t.dim else None
         for i in range(k):
             if i != m:

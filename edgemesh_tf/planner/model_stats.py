@@ -49,7 +49,7 @@ class TensorStats:
     nbytes: float32 bytes. dim: the split dim its last axis runs over (its layer's, or for a
     per-channel layer the dim of the input it runs on), or None when it is replicated whatever the
     layout. kind: "weight" (trainable), "state" (statistics a layer updates itself) or "momentum" (a
-    weight's optimizer slot: copied between masters and slices, never sent to the parameter server).
+    weight's optimizer slot: it stays in the slices during training, never sent to the parameter server).
     """
 
     name: str

@@ -33,8 +33,10 @@ class TrainGraph:
     train_op: tf.Operation
     global_step: tf.Variable
     init_op: tf.Operation
-    copy_masters_to_slices: tf.Operation
+    copy_masters_to_slices: tf.Operation  # every variable, momentum slots included (checkpoints)
     copy_slices_to_masters: tf.Operation
+    copy_weights_to_slices: tf.Operation  # the weights and state only (``weights``): momentum stays in the
+    copy_slices_to_weights: tf.Operation  # slices, where the step reads it (an engine round)
     learning_rate: tf.Tensor   # float32 scalar, fed per step (default: the build's learning_rate)
     gradients: dict            # master variable name -> whole-tensor gradient (tf.Tensor)
     weights: dict              # master variable name -> whole-tensor value read from the slices (trainable
@@ -139,6 +141,7 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
         updates += [lowering.lowered_operation(op) for op in ctx.updates]
         with tf.control_dependencies(updates), tf.device(master):
             train_op = global_step.assign_add(1).op
+        kept = [lowering.variables[v] for v in weights + state]
 
         return TrainGraph(
             graph=graph, images=images, labels=labels, loss=tf_loss,
@@ -146,6 +149,8 @@ def build_train_graph(spec: ModelSpec, layout: Layout, batch_size: int, *, learn
             init_op=tf.global_variables_initializer(),
             copy_masters_to_slices=lowering.copy_masters_to_slices(),
             copy_slices_to_masters=lowering.copy_slices_to_masters(),
+            copy_weights_to_slices=tf.group([v.copy_master_to_slices for v in kept]),
+            copy_slices_to_weights=tf.group([v.copy_slices_to_master for v in kept]),
             gradients={v.name: lowering.export_to_tf_tensor(g) for v, g in zip(weights, grads)},
             weights={v.name: lowering.export_to_tf_tensor(v.outputs[0]) for v in weights + state},
             layout=layout, batch_size=batch_size)

@@ -84,15 +84,15 @@ def test_step_memory_and_sync_by_hand(monkeypatch):
     # a 1024 bytes at 1000 bytes/ms, b 96 at 2000
     assert masters.pushed_bytes([a, b], stats) == [1024, 96]
     assert p.ps_sync_ms == pytest.approx(2 * max(1024 / 1000, 96 / 2000) + 2 * 2.0)
-    # a round's copies between masters and slices: a master sends each other device its share of a split
-    # tensor (fc's: a holds 3 of 4 units) and a replicated tensor whole (out's). a sends b 1/4 of fc/kernel,
-    # 1/4 of fc/bias's momentum and out's two momentum slots whole: 256 + 4 + 64 + 16 = 340 bytes; b sends a
-    # 3/4 of fc/bias and of fc/kernel's momentum and out's two weights whole: 12 + 768 + 64 + 16 = 860.
-    # a receives 860 at 1000 bytes/ms: each copy, + a hop over both links (2 * 2 ms); paid twice
-    assert masters.copied_bytes([a, b], stats, {"fc": (3, 1)}) == ([340, 860], [860, 340])
-    assert p.copy_ms == pytest.approx(2 * (860 / 1000 + 2 * 2.0))
-    # nothing split: every tensor goes whole to the other device (1120 bytes each way)
-    assert predict([a, b], stats, {}, profile_batch=20).copy_ms == pytest.approx(2 * (1120 / 1000 + 2 * 2.0))
+    # a round's copies of the weights between masters and slices (momentum stays in the slices): a master
+    # sends each other device its share of a split tensor (fc's: a holds 3 of 4 units) and a replicated
+    # tensor whole (out's). a sends b 1/4 of fc/kernel: 256 bytes; b sends a 3/4 of fc/bias and out's two
+    # tensors whole: 12 + 64 + 16 = 92. b receives 256 at 2000 bytes/ms, a sends them at 1000: each copy
+    # 0.256 ms, + a hop over both links (2 * 2 ms); paid twice
+    assert masters.copied_bytes([a, b], stats, {"fc": (3, 1)}) == ([256, 92], [92, 256])
+    assert p.copy_ms == pytest.approx(2 * (256 / 1000 + 2 * 2.0))
+    # nothing split: every tensor goes whole to the other device (a sends 1024 bytes, b 96)
+    assert predict([a, b], stats, {}, profile_batch=20).copy_ms == pytest.approx(2 * (1024 / 1000 + 2 * 2.0))
     assert predict([a], stats, {}, profile_batch=20).copy_ms == 0.0
 
 

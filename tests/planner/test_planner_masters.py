@@ -52,7 +52,7 @@ def test_a_model_whose_bytes_sit_in_one_tensor_syncs_at_that_tensor_s_pace_not_a
     assert masters.copied_bytes(group[:1], stats, {}) == ([0.0], [0.0])
 
 
-def test_a_split_tensor_s_master_sends_each_device_its_share_and_a_replicated_one_the_whole():
+def test_a_split_weight_s_master_sends_each_device_its_share_and_a_replicated_one_the_whole():
     stats = model_stats(get_model("vgg_wide", (8, 8, 1), 10), 8)
     group = [device(n, {}, task=i) for i, n in enumerate(("e1", "e2", "e3"))]
     fc2 = {t.name: (t, m) for t, m in zip(stats.tensors, masters.master_devices(group, stats))}
@@ -65,4 +65,4 @@ def test_a_split_tensor_s_master_sends_each_device_its_share_and_a_replicated_on
     # the weight's master sends the others' shares of it; with fc2 replicated it sends it to both whole
     others = sum(s for i, s in enumerate(shares) if i != m) / units
     assert whole[m] - split[m] == pytest.approx(kernel.nbytes * (2 - others), rel=1e-9)
-    assert sum(whole) == sum(received) == pytest.approx(2 * sum(t.nbytes for t in stats.tensors))
+    assert sum(whole) == sum(received) == pytest.approx(2 * stats.param_bytes)  # momentum stays in the slices

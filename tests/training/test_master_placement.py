@@ -106,3 +106,24 @@ def test_the_planner_places_every_master_where_the_engine_does(spread3, vgg_digi
     assert [tf.DeviceSpec.from_string(on[n]) for n in graph_names] == [
         tf.DeviceSpec.from_string(group[i].device) for i in predicted]
     assert len(set(predicted)) == 3
+
+
+def test_a_round_s_copies_move_the_weights_and_leave_momentum_in_the_slices(spread3, digits):
+    """copy_slices_to_weights / copy_weights_to_slices (an engine round's) move the weights and state only:
+    the step reads momentum from the slices, so copying it to its masters and back moved it for nothing."""
+    g = spread3
+    variables = {v.name[:-2]: v for v in g.graph.get_collection(tf.GraphKeys.GLOBAL_VARIABLES)}
+    momentum = {n: v for n, v in variables.items() if n.startswith("momentum/")}
+    weights = {n: variables[n] for n in g.weights}
+    assert momentum and weights
+    feed = {g.images: digits.train_x[:8], g.labels: digits.train_y[:8]}
+    with tf.Session(graph=g.graph, config=session_config(3)) as sess:
+        restore_or_init(sess, g, checkpoint_dir=None)
+        sess.run(g.train_op, feed)
+        sess.run(g.copy_slices_to_weights)
+        masters_now, from_slices = sess.run(weights), sess.run(g.weights, feed)
+        assert all(np.array_equal(masters_now[n], from_slices[n]) for n in weights)
+        assert all(not np.any(m) for m in sess.run(momentum).values())  # the weights' copy left them alone
+        sess.run(g.copy_weights_to_slices)  # ... and the slices keep theirs
+        sess.run(g.copy_slices_to_masters)  # the whole copy (checkpoints) still carries them
+        assert any(np.any(m) for m in sess.run(momentum).values())

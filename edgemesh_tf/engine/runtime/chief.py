@@ -165,7 +165,7 @@ class Chief:
         loss); None if cancelled() turned true."""
         def copy():
             self._run(sess, self.g.pull)
-            self._run(sess, self.g.train.copy_masters_to_slices)
+            self._run(sess, self.g.train.copy_weights_to_slices)
         x, y = (self.final_x, self.final_y) if full else (self.eval_x, self.eval_y)
         return self._replica.evaluation(copy, lambda: evaluate(
             lambda f, feeds: self._run(sess, f, feeds), self.g.train, x, y, self.loss_x, self.loss_y, EVAL_BATCH,

@@ -7,10 +7,11 @@ server and the control board.
               group alone (rules.py) then starts its next delta from what the ps holds, without a
               pull, and the ps and the anchors stay equal even when steps run beside the push
               (engine/runtime/solo_commit.py)
-The replica trains on its slices; `copy_masters_to_slices` / `copy_slices_to_masters` move whole
-tensors between masters and slices around a round (momentum buffers stay the group's own). Bytes: a pull moves
-`ps.pull_bytes`; a dense push `ps.dense_push_bytes`; a top-k push 8 bytes per entry (float32
-value + int32 index; the ps widens the index after the transfer), counted when it runs.
+The replica trains on its slices; `copy_weights_to_slices` / `copy_slices_to_weights` move the whole
+weights and state between masters and slices around a round (momentum stays in the slices, the group's
+own). Bytes: a pull moves `ps.pull_bytes`; a dense push `ps.dense_push_bytes`; a top-k push 8 bytes
+per entry (float32 value + int32 index; the ps widens the index after the transfer), counted when it
+runs.
 """
 from __future__ import annotations
 

@@ -218,7 +218,7 @@ class GroupRunner:
         if not self.restart:  # a fresh job on servers that ran one before: free that run's state
             tf.Session.reset(self.target, [self._container(0)], config=config)
         with tf.Session(self.target, graph=self.g.train.graph, config=config) as sess:
-            self._run_again_if_lost(sess, [self.g.train.init_op, self.g.local_init])
+            self._initialise(sess)
             self.g.ps.wait_until_initialized(sess, timeout_s=cfg.startup_timeout_s, token=cfg.job_token)
             self._setup.append(("initialised", time.monotonic()))
             self._warm_up(sess)
@@ -256,6 +256,13 @@ class GroupRunner:
         self.log.close()
         return self.totals
 
+    def _initialise(self, sess) -> None:
+        """Every variable to its initial value, the slices too: a round's copies move the weights only,
+        so momentum's slices get theirs (zero) from one whole copy here."""
+        g = self.g
+        self._run_again_if_lost(sess, [g.train.init_op, g.local_init])
+        self._run_again_if_lost(sess, g.train.copy_masters_to_slices)
+
     def _warm_up(self, sess) -> None:
         """Runs every graph of a round once before the start, so that the servers' one-off graph set-up
         is not timed as training: a pull, one iteration, and dense and top-k pushes of scale 0 (the
@@ -268,13 +275,13 @@ class GroupRunner:
         t0 = time.monotonic()
         self._read(sess)  # a read with no report riding along, as the first one of the training loop
         self._run_again_if_lost(sess, g.pull)
-        self._run_again_if_lost(sess, g.train.copy_masters_to_slices)
+        self._run_again_if_lost(sess, g.train.copy_weights_to_slices)
         xb, yb = next(batches(self.data.train_x, self.data.train_y, self.spec_g.batch_size, 0))
         # the fetches of `_train_steps`: TF builds an executor per fetch signature, and that build (about
         # 0.5 s on a slow device) must not land in the first timed iteration (it skews ASHL's profile)
         self._run_again_if_lost(sess, [g.train.loss, g.train.train_op], {g.train.images: xb, g.train.labels: yb,
                                                            g.train.learning_rate: self.cfg.learning_rate})
-        self._run_again_if_lost(sess, g.train.copy_slices_to_masters)
+        self._run_again_if_lost(sess, g.train.copy_slices_to_weights)
         # the top-k push at a tiny ratio: the same executor (k is computed from the fed ratio) without
         # sending half the model (at 0.5 it took ~5 s of set-up on a 10 Mbit/s link)
         for push, ratio in ((g.push_dense, 1.0), (g.push_sparse, 0.001)):
@@ -283,7 +290,7 @@ class GroupRunner:
             self._run_again_if_lost(sess, g.select, {g.ratio: 0.001})
         if self.solo:  # a group alone publishes: its anchors move with the ps instead of pulling
             self._run_again_if_lost(sess, g.publish, {g.scale: 0.0})
-        self._run_again_if_lost(sess, [g.train.init_op, g.local_init])  # momentum and error feedback start empty
+        self._initialise(sess)  # momentum and error feedback start empty
         self._last_round_s = time.monotonic() - t0
 
     def _go(self, vals) -> bool:
@@ -382,12 +389,12 @@ class GroupRunner:
         """The global model into the masters and the anchors, then the slices; its seconds."""
         t0 = time.monotonic()
         self._run(sess, self.g.pull)
-        self._run(sess, self.g.train.copy_masters_to_slices)
+        self._run(sess, self.g.train.copy_weights_to_slices)
         return time.monotonic() - t0
 
     def _commit(self, sess, push: dict, feeds: dict) -> dict:
         """The slices into the masters, then `push` (a push's fetches) fed `feeds`."""
-        self._run(sess, self.g.train.copy_slices_to_masters)
+        self._run(sess, self.g.train.copy_slices_to_weights)
         return self._run(sess, push, feeds)
 
     def _count_iterations(self, n: int, step_s, pull_s: float, pulled: bool) -> None:

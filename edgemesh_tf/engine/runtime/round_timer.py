@@ -41,6 +41,7 @@ class RoundRunner:
         self.local_steps, self.scale = local_steps, 1.0 / len(groups)
         self.sess = tf.Session(session_target, graph=self.g.train.graph)
         self.sess.run([self.g.train.init_op, self.g.local_init])
+        self.sess.run(self.g.train.copy_masters_to_slices)  # momentum's slices: a round copies the weights only
         if initialize_ps:
             self.g.ps.initialize(self.sess, self.sess.run({n: v.read_value() for n, v in self.g.masters.items()}),
                                  timeout_s=PS_WAIT_S)
@@ -53,10 +54,10 @@ class RoundRunner:
         g, run = self.g, self.sess.run
         t0 = time.perf_counter()
         run(g.pull)
-        run(g.train.copy_masters_to_slices)
+        run(g.train.copy_weights_to_slices)
         for _ in range(self.local_steps):
             run(g.train.train_op, self.feed)
-        run(g.train.copy_slices_to_masters)
+        run(g.train.copy_slices_to_weights)
         run(g.push_dense, {g.ratio: 1.0, g.scale: self.scale})
         return (time.perf_counter() - t0) * 1e3
 
