@@ -28,7 +28,8 @@ from typing import Sequence
 
 from edgemesh_tf.planner.collectives import allreduce_latency_ms
 from edgemesh_tf.planner import cost, media
-from edgemesh_tf.planner.cost import GroupPrediction, LayerPrediction, check_group, ps_sync_ms, transfer_ms
+from edgemesh_tf.planner.cost import (GroupPrediction, LayerPrediction, check_group, ps_link_ms, ps_sync_ms,
+                                      transfer_ms)
 from edgemesh_tf.planner.division import Division, PlanError, divide, min_over_sizes
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, ModelStats
 from edgemesh_tf.profiling.types import DeviceProfile
@@ -120,6 +121,6 @@ def _division(group, stats, shares, per_example, act, weights, b0, ps_bandwidth_
     pred = GroupPrediction(tuple(d.name for d in group), step, compute, (sum(reduce),) * m,
                            tuple(int(math.ceil(weights + b * act)) for b in shares),
                            ps_sync_ms(group, stats, ps_bandwidth_mbit),
-                           layers, step)
+                           layers, step, ps_link_ms=ps_link_ms(stats, ps_bandwidth_mbit))
     return Division(tuple(d.name for d in group), tuple(d.device for d in group),
                     tuple((x.name, None) for x in stats.dims), pred, batch_shares=tuple(shares))

@@ -242,6 +242,12 @@ def ps_sync_ms(group: Sequence[DeviceProfile], stats: ModelStats, ps_bandwidth_m
     return 2 * max(part, transfer_ms(stats.param_bytes, ps_bandwidth_mbit)) + 2 * max(d.latency_ms for d in group)
 
 
+def ps_link_ms(stats: ModelStats, ps_bandwidth_mbit: float = math.inf) -> float:
+    """Push + pull of the whole model through the PS's own link alone (ms): what a group's commit puts on
+    the link every group's commits cross (``engine.core.job_cost`` shares it between groups)."""
+    return 2 * transfer_ms(stats.param_bytes, ps_bandwidth_mbit)
+
+
 def copy_ms(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares]) -> float:
     """A round's masters <-> slices copies of a group of two or more devices (the engine's, after the pull
     and before the push; ``masters.copied_bytes``): each device sends the shares of the tensors it
@@ -279,6 +285,8 @@ class GroupPrediction:
     memory_bytes: per device, see the module docstring.
     ps_sync_ms: push + pull of the whole model to the parameter server (per commit).
     copy_ms: a round's masters <-> slices copies (``copy_ms``; 0 for a group that splits nothing).
+    ps_link_ms: the push + pull of the whole model through the PS's own link alone (``ps_link_ms``):
+      the part of a commit that groups committing at the same time share.
     """
 
     devices: tuple[str, ...]
@@ -290,6 +298,7 @@ class GroupPrediction:
     layers: tuple[LayerPrediction, ...]
     separable_ms: float = 0.0
     copy_ms: float = 0.0
+    ps_link_ms: float = 0.0
 
     @property
     def commit_ms(self) -> float:

@@ -58,4 +58,4 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
     return cost.GroupPrediction(tuple(d.name for d in group), step, tuple(compute), tuple(comm),
                                 tuple(memory), cost.ps_sync_ms(group, stats, ps_bandwidth_mbit),
                                 tuple(layers), sum(lp.ms for lp in layers) + cost.base_ms(group, stats),
-                                cost.copy_ms(group, stats, assignment))
+                                cost.copy_ms(group, stats, assignment), cost.ps_link_ms(stats, ps_bandwidth_mbit))

@@ -1,5 +1,7 @@
 """The cost of the job the engine runs (engine/core/job_cost.py): each phase's rounds priced by the rules the
 chief applies, the planner choosing on it, and the prediction put beside a run's measurements."""
+import dataclasses
+
 import pytest
 
 from edgemesh_tf.engine.core import job_cost, rules
@@ -185,3 +187,23 @@ def test_each_group_s_phase_runs_from_its_own_start_to_its_own_next_start():
     assert m["shl"]["g"]["local_steps"] == 2 and m["shl"]["g"]["seconds"] == pytest.approx(1.5)
     # h never committed in SHL: its AHL runs to the end, and it has no SHL row
     assert m["ahl"]["h"]["seconds"] == pytest.approx(12.5) and "h" not in m["shl"]
+
+
+def test_groups_committing_at_once_share_the_parameter_server_s_link():
+    """Every group's push and pull crosses the ps's own link: under a barrier the pulls start together, so
+    each moves every group's model through it; without one a group shares it for the share of its time
+    each other group commits (a fixed point). A link that binds nothing changes nothing."""
+    linked = {g: dataclasses.replace(p, ps_link_ms=300.0) for g, p in PREDS.items()}  # the link alone: 150 a way
+    bsp = job_cost.phase_costs(SyncConfig(strategy="bsp"), linked, BATCH)["train"]
+    assert all(c.pull_ms == pytest.approx(300.0) for c in bsp.values())  # both models through the link
+    assert all(150.0 < c.push_ms < 300.0 for c in bsp.values())          # pushes overlap part of the time
+    asp = job_cost.phase_costs(SyncConfig(strategy="asp"), linked, BATCH)["train"]
+    for g, c in asp.items():
+        other = asp["slow" if g == "fast" else "fast"]
+        busy = other.commit_ms / (other.local_steps * other.step_ms + other.commit_ms)
+        assert c.pull_ms == pytest.approx(150.0 + busy * 150.0, rel=0.02)
+    alone = job_cost.phase_costs(SyncConfig(strategy="bsp"), PREDS, BATCH)["train"]
+    assert all(c.pull_ms == 150.0 and c.push_ms == 150.0 for c in alone.values())
+    slow_link = {g: dataclasses.replace(p, ps_link_ms=30.0) for g, p in PREDS.items()}  # the devices' links bind
+    assert job_cost.phase_costs(SyncConfig(strategy="bsp"), slow_link, BATCH) == job_cost.phase_costs(
+        SyncConfig(strategy="bsp"), PREDS, BATCH)

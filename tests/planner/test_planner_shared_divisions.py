@@ -55,7 +55,9 @@ def test_an_error_names_each_groups_own_device():
 
 def test_a_cluster_of_alike_groups_plans_as_if_each_were_divided_alone():
     devices = [flops_device("edge%d" % i, STATS, g, i, bw=1000, lat=0.5) for i, g in enumerate([8, 4, 8, 4, 8, 4])]
-    result = plan(profile(VGG, devices, 32), VGG, groups=3, calibrate=False)
+    prof = profile(VGG, devices, 32)
+    result = plan(prof, VGG, groups=3, calibrate=False)
     for g in result.groups:
-        alone = divide([next(d for d in devices if d.name == n) for n in g.names], STATS, profile_batch=32)
+        alone = divide([next(d for d in devices if d.name == n) for n in g.names], STATS, profile_batch=32,
+                       ps_bandwidth_mbit=prof.ps_bandwidth_mbit)
         assert g.prediction == alone.prediction

@@ -20,6 +20,11 @@ same rules the chief applies, on the predicted timings instead of measured ones:
                                           its masters <-> slices copies: ``copy_ms``, half each)
     wait_g   = max_h round_h - round_g    when the phase waits (a barrier, or a staleness bound: over a
                                           long phase no group commits faster than the slowest), else 0
+    push_g, pull_g: at least the whole model's bytes through the parameter server's own link
+               (``GroupPrediction.ps_link_ms``), which every group's commits cross: a group's push or
+               pull shares it with each other group h for busy_h of its time, the share of h's time in
+               its commits ((push_h + pull_h) / (round_h + wait_h), a fixed point of SHARING_PASSES
+               passes), and under a barrier with every other group's pull (they start together)
     rate_g   = batch_g * H_g * 1000 / (round_g + wait_g)               examples/s
 
 One group alone ("solo", rules.py) runs one phase of rounds of solo_commit_s of training and a dense
@@ -50,6 +55,9 @@ ASHL switches to SHL at a training loss (--shl_loss), which no plan can foresee:
 GAP = 0.20
 """A measured rate off the predicted one by more than this fraction is flagged (``compare``)."""
 TERMS = ("step", "commit", "wait")
+SHARING_PASSES = 4
+"""Passes of the fixed point between the groups' commit times and how much of its time each group
+commits (``phase_costs``: the parameter server's link is shared)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,19 +123,28 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
     out = {}
     for phase in phases_of(sync, len(timings)):
         controls = _controls(sync, timings, phase, batch)
-        rounds = {}
-        for t in timings:
-            c, p = controls[t.name], preds[t.name]
-            push = p.ps_sync_ms / 2 * rules.push_wire_fraction(sync, c.ratio) + p.copy_ms / 2  # the wire part
-            rounds[t.name] = (c.local_steps, push, t.other_ms)
-        waits = rules.round_rule(sync, phase, controls[timings[0].name], len(timings)).wait != "none"
-        longest = max(h * t.iter_ms + push + pull for t, (h, push, pull) in zip(timings, rounds.values()))
-        costs = {}
-        for t in timings:
-            h, push, pull = rounds[t.name]
-            own = h * t.iter_ms + push + pull
-            wait = longest - own if waits else 0.0
-            costs[t.name] = PhaseCost(t.iter_ms, h, push, pull, wait, batch[t.name] * h * 1000.0 / (own + wait))
+        rule = rules.round_rule(sync, phase, controls[timings[0].name], len(timings))
+        fraction = {t.name: rules.push_wire_fraction(sync, controls[t.name].ratio) for t in timings}
+        busy = {t.name: 0.0 for t in timings}  # the share of its time each group commits
+        for _ in range(SHARING_PASSES):
+            rounds = {}
+            for t in timings:
+                p, others = preds[t.name], [h for h in preds if h != t.name]
+                push_link = (p.ps_link_ms * fraction[t.name]
+                             + sum(busy[h] * preds[h].ps_link_ms * fraction[h] for h in others)) / 2
+                pull_link = (p.ps_link_ms + sum((1.0 if rule.wait == "barrier" else busy[h]) * preds[h].ps_link_ms
+                                                for h in others)) / 2
+                push = max(p.ps_sync_ms / 2 * fraction[t.name], push_link) + p.copy_ms / 2  # the wire part
+                pull = max(p.ps_sync_ms / 2, pull_link) + p.copy_ms / 2
+                rounds[t.name] = (controls[t.name].local_steps, push, pull)
+            longest = max(h * t.iter_ms + push + pull for t, (h, push, pull) in zip(timings, rounds.values()))
+            costs = {}
+            for t in timings:
+                h, push, pull = rounds[t.name]
+                own = h * t.iter_ms + push + pull
+                wait = longest - own if rule.wait != "none" else 0.0
+                costs[t.name] = PhaseCost(t.iter_ms, h, push, pull, wait, batch[t.name] * h * 1000.0 / (own + wait))
+                busy[t.name] = (push + pull) / (own + wait)
         out[phase] = costs
     return out
 
