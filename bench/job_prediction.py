@@ -10,6 +10,7 @@ predicted and measured step (ms), local iterations per commit, commit and wait (
 examples/s. A row's error is |measured / predicted examples/s - 1|. Prints one JSON object: every
 run's rows and plan, the largest error over all rows, per strategy and per phase.
 """
+import json
 import os
 import sys
 import tempfile
@@ -28,7 +29,15 @@ def job_rows(cluster: str, groups: int, strategy: str, args, logdir: str) -> dic
             if r.get("ratio") is not None]
     return {"cluster": cluster, "groups": groups, "strategy": strategy, "rows": rows,
             "planned": summary["planned"], "examples_per_sec": summary["examples_per_sec"],
-            "phases": [p for p, _, _ in summary["phase_transitions"]], "logdir": logdir}
+            "phases": [p for p, _, _ in summary["phase_transitions"]], "lost": lost_groups(logdir), "logdir": logdir}
+
+
+def lost_groups(logdir: str) -> list[dict]:
+    """The groups the chief lost during the run (its `lost` records in <logdir>/chief.jsonl: group, t s,
+    why): their rows measure a fault, not the cost model."""
+    with open(os.path.join(logdir, "chief.jsonl"), encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return [{k: r[k] for k in ("group", "t", "why")} for r in records if r.get("event") == "lost"]
 
 
 def largest(runs: list[dict], key) -> dict:

@@ -220,3 +220,7 @@ def job_prediction_section(res, text, out_dir):
                 "strategy " + ", ".join(f"{k} {fmt(100 * v, 1)}%" for k, v in res["max_error_by_strategy"].items())
                 + "; by phase " + ", ".join(f"{k} {fmt(100 * v, 1)}%" for k, v in res["max_error_by_phase"].items())
                 + ".\n")
+    lost = [f"{run['cluster']} {run['groups']} {run['strategy']}: {x['group']} at {fmt(x['t'], 1)} s ({x['why']})"
+            for run in res["runs"] for x in run.get("lost", [])]
+    if lost:
+        text.append("Groups the chief lost during a run (their rows measure the fault too): " + "; ".join(lost) + ".\n")

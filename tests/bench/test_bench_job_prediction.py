@@ -38,10 +38,13 @@ def test_a_job_s_rows_carry_their_error_and_the_plan(monkeypatch, tmp_path):
                                                    {"phase": "shl", "group": "g", "ratio": None}]},
                 "planned": {"kind": "grid"}, "examples_per_sec": 100.0, "phase_transitions": [["ahl", 0, 0.0]]}
     monkeypatch.setattr(em, "run", run)
+    (tmp_path / "chief.jsonl").write_text(  # the chief's log: one group lost on the way
+        '{"event": "eval", "t": 1.0}\n{"event": "lost", "t": 25.5, "group": "g", "devices": ["a"], "why": "no report"}\n')
     args = types.SimpleNamespace(model="vgg_wide", dataset="digits", budget_s=5.0)
     got = job_prediction.job_rows("layouts/pi4.yaml", 2, "ashl", args, str(tmp_path))
     assert asked["groups"] == 2 and asked["strategy"] == "ashl" and asked["target_accuracy"] is None
     assert [r["error"] for r in got["rows"]] == [0.2] and got["phases"] == ["ahl"]
+    assert got["lost"] == [{"group": "g", "t": 25.5, "why": "no report"}]
 
 
 def test_the_section_shows_every_row_and_says_whether_the_bound_holds(tmp_path):
@@ -52,6 +55,10 @@ def test_the_section_shows_every_row_and_says_whether_the_bound_holds(tmp_path):
     for r in rows:
         assert f"| {r['phase']} | {r['group']} |" in text
     assert f"{res['max_error'] * 100:.1f}%" in text and ("**not met**" in text) == (not res["within_bound"])
+    assert "lost during a run" not in text
+    lost = dict(res, runs=[dict(res["runs"][0], lost=[{"group": "pi1", "t": 25.5, "why": "no report for 10 s"}])])
+    assert "lost during a run" in report_sections.job_prediction_section({"status": "ok", "result": lost},
+                                                                         str(tmp_path))[0]
     within = dict(res, within_bound=True, max_error=0.1)
     assert ": pass;" in report_sections.job_prediction_section({"status": "ok", "result": within}, str(tmp_path))[0]
 

@@ -128,12 +128,13 @@ def phase_costs(sync: SyncConfig, preds: Mapping[str, GroupPrediction], batch: M
         busy = {t.name: 0.0 for t in timings}  # the share of its time each group commits
         for _ in range(SHARING_PASSES):
             rounds = {}
+            pushing = {g: busy[g] * p.ps_link_ms * fraction[g] for g, p in preds.items()}
+            pulling = {g: (1.0 if rule.wait == "barrier" else busy[g]) * p.ps_link_ms for g, p in preds.items()}
+            all_pushing, all_pulling = sum(pushing.values()), sum(pulling.values())  # less g's own, below
             for t in timings:
-                p, others = preds[t.name], [h for h in preds if h != t.name]
-                push_link = (p.ps_link_ms * fraction[t.name]
-                             + sum(busy[h] * preds[h].ps_link_ms * fraction[h] for h in others)) / 2
-                pull_link = (p.ps_link_ms + sum((1.0 if rule.wait == "barrier" else busy[h]) * preds[h].ps_link_ms
-                                                for h in others)) / 2
+                p = preds[t.name]
+                push_link = (p.ps_link_ms * fraction[t.name] + all_pushing - pushing[t.name]) / 2
+                pull_link = (p.ps_link_ms + all_pulling - pulling[t.name]) / 2
                 push = max(p.ps_sync_ms / 2 * fraction[t.name], push_link) + p.copy_ms / 2  # the wire part
                 pull = max(p.ps_sync_ms / 2, pull_link) + p.copy_ms / 2
                 rounds[t.name] = (controls[t.name].local_steps, push, pull)
