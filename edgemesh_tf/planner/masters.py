@@ -3,7 +3,7 @@
 The engine places each master variable with mtf's ``BalancedVariablePlacer`` (training/graph.py): in
 the order the variables are created (``ModelStats.tensors``: each layer's weights, then the momentum
 slot of every trainable weight), each goes to the device holding the fewest master bytes so far, ties
-to the smallest TF device string. A model whose bytes sit in one tensor (VGG's first dense layer)
+to the smallest TF device string. A model whose bytes sit in one tensor (vgg_wide's fc2 kernel)
 therefore has one device holding most of them, whatever the group's size. That device moves them:
 
   push, pull   each weight and state tensor between its master and the parameter server
