@@ -10,7 +10,6 @@ predicted and measured step (ms), local iterations per commit, commit and wait (
 examples/s. A row's error is |measured / predicted examples/s - 1|. Prints one JSON object: every
 run's rows and plan, the largest error over all rows, per strategy and per phase.
 """
-import json
 import os
 import sys
 import tempfile
@@ -18,26 +17,22 @@ import time
 
 import edgemesh_tf as em
 from bench import cli
-from edgemesh_tf.engine import STRATEGIES
+from edgemesh_tf.engine import STRATEGIES, records
 
 
 def job_rows(cluster: str, groups: int, strategy: str, args, logdir: str) -> dict:
     """One main job's plan and its rows of predicted beside measured figures, each with its error."""
+    lost = []  # the groups the chief lost on the way: their rows measure a fault, not the cost model
     summary = em.run(cluster, args.model, dataset=args.dataset, strategy=strategy, groups=groups,
-                     target_accuracy=None, time_budget_s=args.budget_s, logdir=logdir, emit=lambda rec: None)
+                     target_accuracy=None, time_budget_s=args.budget_s, logdir=logdir,
+                     emit=lambda rec: lost.append(rec) if isinstance(rec, records.Lost) else None)
     rows = [{**r, "error": round(abs(r["ratio"] - 1.0), 3)} for r in summary["predicted_vs_measured"]["rows"]
             if r.get("ratio") is not None]
     return {"cluster": cluster, "groups": groups, "strategy": strategy, "rows": rows,
             "planned": summary["planned"], "examples_per_sec": summary["examples_per_sec"],
-            "phases": [p for p, _, _ in summary["phase_transitions"]], "lost": lost_groups(logdir), "logdir": logdir}
+            "phases": [p for p, _, _ in summary["phase_transitions"]],
+            "lost": [{"group": r.group, "t": r.t, "why": r.why} for r in lost], "logdir": logdir}
 
-
-def lost_groups(logdir: str) -> list[dict]:
-    """The groups the chief lost during the run (its `lost` records in <logdir>/chief.jsonl: group, t s,
-    why): their rows measure a fault, not the cost model."""
-    with open(os.path.join(logdir, "chief.jsonl"), encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    return [{k: r[k] for k in ("group", "t", "why")} for r in records if r.get("event") == "lost"]
 
 
 def largest(runs: list[dict], key) -> dict:

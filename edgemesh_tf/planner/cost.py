@@ -58,7 +58,7 @@ from edgemesh_tf.planner.collectives import allreduce_latency_ms, direct_latency
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, DimStats, ModelStats
 from edgemesh_tf.profiling.types import DeviceProfile
 
-Shares = tuple[int, ...] | None
+Shares = masters.Shares
 """Units of a split dim per device, in group order; None = replicated (every device computes all)."""
 MEMORY = memory_lib.FITTED  # the memory model every prediction uses (memory_fit.json)
 

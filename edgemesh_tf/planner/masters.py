@@ -25,7 +25,7 @@ from edgemesh_tf.planner.model_stats import ModelStats
 from edgemesh_tf.profiling.types import DeviceProfile
 
 Shares = tuple[int, ...] | None
-"""Units of a split dim per device, in group order; None = replicated (as ``cost.Shares``)."""
+"""Units of a split dim per device, in group order; None = replicated (every device computes all)."""
 
 
 @functools.lru_cache(maxsize=256)

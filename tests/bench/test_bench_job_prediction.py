@@ -8,6 +8,7 @@ import pytest
 from bench_modules import load
 
 import edgemesh_tf as em
+from edgemesh_tf.engine import records
 
 job_prediction = load("job_prediction")
 report_sections = load("report_sections")
@@ -32,14 +33,14 @@ def test_a_job_s_rows_carry_their_error_and_the_plan(monkeypatch, tmp_path):
     turns each row's measured / predicted ratio into an error; a row without a ratio is left out."""
     asked = {}
 
-    def run(cluster, model, **kw):
+    def run(cluster, model, emit, **kw):
         asked.update(kw, cluster=cluster, model=model)
+        emit(records.Checkpoint(t=10.0, path="ckpt-1", phase="ahl", global_steps=6))
+        emit(records.Lost(t=25.5, group="g", devices=["a"], why="no report"))  # one group lost on the way
         return {"predicted_vs_measured": {"rows": [{"phase": "ahl", "group": "g", "ratio": 0.8},
                                                    {"phase": "shl", "group": "g", "ratio": None}]},
                 "planned": {"kind": "grid"}, "examples_per_sec": 100.0, "phase_transitions": [["ahl", 0, 0.0]]}
     monkeypatch.setattr(em, "run", run)
-    (tmp_path / "chief.jsonl").write_text(  # the chief's log: one group lost on the way
-        '{"event": "eval", "t": 1.0}\n{"event": "lost", "t": 25.5, "group": "g", "devices": ["a"], "why": "no report"}\n')
     args = types.SimpleNamespace(model="vgg_wide", dataset="digits", budget_s=5.0)
     got = job_prediction.job_rows("layouts/pi4.yaml", 2, "ashl", args, str(tmp_path))
     assert asked["groups"] == 2 and asked["strategy"] == "ashl" and asked["target_accuracy"] is None

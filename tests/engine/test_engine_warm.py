@@ -70,7 +70,7 @@ def test_two_identical_bsp_jobs_in_warm_processes_end_with_the_same_weights(tmp_
             with open(tmp_path / str(i) / "groups" / "fast.jsonl") as f:
                 assert [json.loads(line)["round"] for line in f] == [1, 2, 3]  # this job's rounds only
     assert pids[0] == pids[1]  # the same processes ran both jobs
-    for name in ("fast", "slow"):  # ... and the second reused the first one's graphs (group.replica_graph)
+    for name in ("fast", "slow"):  # ... and the second reused the first one's graphs (graph.replica_graph)
         assert "graph reused" in (tmp_path / "1" / "groups" / (name + ".log")).read_text()
     for name, w in weights[0].items():  # up to the order in which the ps sums the two pushes
         np.testing.assert_allclose(weights[1][name], w, atol=1e-5, rtol=0, err_msg=name)

@@ -27,7 +27,7 @@ from edgemesh_tf.data import batches, load_dataset  # noqa: E402 (after the choi
 from edgemesh_tf.engine.core import rules
 from edgemesh_tf.engine.config import JobConfig
 from edgemesh_tf.engine.core.rules import CUMULATIVE
-from edgemesh_tf.engine.runtime.graph import ReplicaGraph, build_replica_graph
+from edgemesh_tf.engine.runtime.graph import initialise, replica_graph
 from edgemesh_tf.engine.runtime.solo_commit import BackgroundCommit
 from edgemesh_tf.cluster.rpc import run_idempotent
 from edgemesh_tf.mesh.compat import tf
@@ -38,31 +38,6 @@ POLL_S = 0.005
 HEARTBEAT_SHARE = 0.3  # within a round, a report at least every this share of the job's lost_after_s
 SOLO_STOP_CHECK_S = 1.0  # a group alone reads the stop flag this often (s) inside its long timer rounds
 PROFILE_ROUNDS = 1
-
-
-GRAPHS_KEPT = 4  # graphs a warm process keeps (engine/runtime/warm.py): a benchmark interleaves a few configurations
-_graphs: dict[str, ReplicaGraph] = {}  # by graph_key, oldest first
-
-
-def graph_key(spec, layout, batch_size: int, groups, **kwargs) -> str:
-    """What `build_replica_graph(spec, layout, batch_size, groups, **kwargs)` depends on, but its
-    seed. The seed only draws the initial values of the group's own variables, which no step ever
-    reads: the warm-up re-initialises them, and each round pulls the global model (initialised by
-    the chief from its own graph) into them first."""
-    kwargs = {k: v for k, v in kwargs.items() if k != "seed"}
-    return repr((spec, layout.to_dict(), batch_size, tuple(groups), sorted(kwargs.items())))
-
-
-def replica_graph(spec, layout, batch_size: int, groups, **kwargs) -> tuple[ReplicaGraph, bool]:
-    """(the replica graph, whether it was built now): a warm process that ran a job with the same
-    `graph_key` reuses that job's graph (~3 s of building on edge4); a new session gets new state."""
-    key = graph_key(spec, layout, batch_size, groups, **kwargs)
-    if key in _graphs:
-        return _graphs[key], False
-    g = _graphs[key] = build_replica_graph(spec, layout, batch_size, groups, **kwargs)
-    while len(_graphs) > GRAPHS_KEPT:
-        del _graphs[next(iter(_graphs))]
-    return g, True
 
 
 class ChiefLost(RuntimeError):
@@ -257,11 +232,7 @@ class GroupRunner:
         return self.totals
 
     def _initialise(self, sess) -> None:
-        """Every variable to its initial value, the slices too: a round's copies move the weights only,
-        so momentum's slices get theirs (zero) from one whole copy here."""
-        g = self.g
-        self._run_again_if_lost(sess, [g.train.init_op, g.local_init])
-        self._run_again_if_lost(sess, g.train.copy_masters_to_slices)
+        initialise(lambda fetches: self._run_again_if_lost(sess, fetches), self.g)
 
     def _warm_up(self, sess) -> None:
         """Runs every graph of a round once before the start, so that the servers' one-off graph set-up

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from edgemesh_tf.engine.runtime.graph import build_replica_graph
+from edgemesh_tf.engine.runtime.graph import build_replica_graph, initialise
 from edgemesh_tf.mesh.compat import tf
 from edgemesh_tf.mesh.layout import Layout
 from edgemesh_tf.layers import ModelSpec
@@ -40,8 +40,7 @@ class RoundRunner:
                                      momentum=0.9, seed=seed, group=group, container=container)
         self.local_steps, self.scale = local_steps, 1.0 / len(groups)
         self.sess = tf.Session(session_target, graph=self.g.train.graph)
-        self.sess.run([self.g.train.init_op, self.g.local_init])
-        self.sess.run(self.g.train.copy_masters_to_slices)  # momentum's slices: a round copies the weights only
+        initialise(self.sess.run, self.g)
         if initialize_ps:
             self.g.ps.initialize(self.sess, self.sess.run({n: v.read_value() for n, v in self.g.masters.items()}),
                                  timeout_s=PS_WAIT_S)
