@@ -72,41 +72,82 @@ def measure(spec, batch: int, ways: int, steps: int, simd_bits: int, replica: bo
             peaks = measure_memory(spec, layout, batch, em.session_target, em.device("chief"),
                                    {n: em.devices[n].pid for n in names + ["chief"]}, names + ["chief"],
                                    steps=steps).peak_bytes
-    held = lambda i: [shares[d.name][i] if d.name in shares else d.units for d in stats.dims]  # noqa: E731
-    return [(held(i), peaks[n]) for i, n in enumerate(names)], peaks.get("chief")
+    return [(_held(stats, shares, i), peaks[n]) for i, n in enumerate(names)], peaks.get("chief")
+
+
+def _held(stats, shares, i: int) -> list[int]:
+    """Units of each dim device ``i`` holds: its share of a split dim, else the whole dim."""
+    return [shares[d.name][i] if d.name in shares else d.units for d in stats.dims]
+
+
+def recorded(result: dict):
+    """(points, sessions, replicas, their SIMD widths) of an earlier run's JSON (``main``'s output), for a
+    re-fit of the same measurements: each row's model, batch, ways and device give its stats and the
+    units it held in the even split that was measured."""
+    def stats_of(row):
+        spec = get_model(row["model"], IMAGE_SHAPES[result["dataset"]], 10)
+        return spec, model_stats(spec, row["batch"])
+
+    def points(rows):
+        out = []
+        for row in rows:
+            spec, stats = stats_of(row)
+            w = row["ways"]
+            shares = even_split_layout(spec.split_dims(), ["w%d" % i for i in range(w)])[1] if w > 1 else {}
+            out.append((row["model"], stats, _held(stats, shares, row["device"]), row["measured_mib"] * 2 ** 20,
+                        w, row["device"]))
+        return out
+    sessions = [(row["model"], stats_of(row)[1], row["ways"], row["measured_mib"] * 2 ** 20)
+                for row in result.get("session_hosts", [])]
+    return (points(result["points"]), sessions, points(result.get("replicas", [])),
+            [row["simd_bits"] for row in result["points"]], [row["simd_bits"] for row in result.get("replicas", [])])
 
 
 def report(points, models, sessions=(), replicas=()) -> dict:
     """The fit, every point's predictions, and the leave-one-model-out errors (pure). points: [(model,
     ModelStats, units held per dim, peak bytes, ways, device index)]; sessions: [(model, ModelStats,
     ways, peak bytes of the session's host)]; replicas: points of engine replicas (as points), which
-    fit the replica terms. The fit's error (``fit_error``, its headroom in the planner) is the largest
-    factor, over both, by which a measured peak exceeds its prediction, less 1; ``model_errors`` the
-    same per model (a plan of that model keeps its own)."""
-    fit_points = lambda pts: [(s, h, w, p) for _, s, h, p, w, _ in pts]  # noqa: E731
+    fit the replica terms. The fit's error (``fit_error``) is the largest factor, over both, by which a
+    measured peak exceeds its prediction, less 1; ``model_errors`` the same per model (a plan of that
+    model keeps it as its headroom); ``unseen_error`` the largest such factor on a model left out of the
+    fit (the headroom of a model never measured)."""
+    fit_points = lambda pts: [(s, h, w, i, p) for _, s, h, p, w, i in pts]  # noqa: E731
     fitted = memory.fit(fit_points(points), [(s, w, p) for _, s, w, p in sessions], source="bench/memory_fit.py")
     if replicas:
         fitted = memory.fit_replica(fitted, fit_points(replicas))
-    worst = lambda mm, pts, r=False: round(max(abs(mm.device_bytes(s, h, w, replica=r) / p - 1)  # noqa: E731
-                                               for s, h, w, p in pts), 3)
+    worst = lambda mm, pts, r=False: round(max(abs(mm.device_bytes(s, h, w, r, i) / p - 1)  # noqa: E731
+                                               for s, h, w, i, p in pts), 3)
     replica_error = worst(fitted, fit_points(replicas), True) if replicas else 0.0
 
-    def under(plain, replica) -> float:
-        """The largest measured / predicted - 1 (>= 0), rounded up: predicted x (1 + it) reaches every
-        peak. (The largest |predicted / measured - 1| does not: an error of 22.2% can be a peak 28.5%
-        over its prediction.)"""
-        ratios = [p / fitted.device_bytes(s, h, w, replica=r) for pts, r in ((plain, False), (replica, True))
-                  for s, h, w, p in fit_points(pts)]
+    def under(plain, replica, mm=None) -> float:
+        """The largest measured / predicted - 1 (>= 0) of ``mm`` (default: the fit), rounded up:
+        predicted x (1 + it) reaches every peak. (The largest |predicted / measured - 1| does not: an
+        error of 22.2% can be a peak 28.5% over its prediction.)"""
+        ratios = [p / (mm or fitted).device_bytes(s, h, w, r, i) for pts, r in ((plain, False), (replica, True))
+                  for s, h, w, i, p in fit_points(pts)]
         return round(math.ceil(max(0.0, max(ratios) - 1) * 1000) / 1000, 3)
+
+    def unseen(m) -> float:
+        """``under`` of model ``m``'s peaks by a fit of the other models' alone: what the fit misses on a
+        model it never measured."""
+        rest, rest_replicas = [pt for pt in points if pt[0] != m], [pt for pt in replicas if pt[0] != m]
+        mm = memory.fit(fit_points(rest), ())
+        if len(rest_replicas) >= 2:
+            mm = memory.fit_replica(mm, fit_points(rest_replicas))
+        own = [pt for pt in replicas if pt[0] == m] if len(rest_replicas) >= 2 else []
+        return under([pt for pt in points if pt[0] == m], own, mm)
+    measured = [m for m in models if any(pt[0] == m for pt in points)]
     by_model = {m: under([pt for pt in points if pt[0] == m], [pt for pt in replicas if pt[0] == m])
-                for m in models if any(pt[0] == m for pt in points)}
+                for m in measured}
+    left_out = [unseen(m) for m in measured if sum(pt[0] != m for pt in points) >= 4]
     fitted = dataclasses.replace(fitted, fit_error=under(points, replicas),
-                                 model_errors=tuple(sorted(by_model.items())))
+                                 model_errors=tuple(sorted(by_model.items())),
+                                 unseen_error=max(left_out, default=0.0))
 
     def rows(pts, replica=False):
-        mib = lambda mm, s, h, w: round(mm.device_bytes(s, h, w, replica=replica) / 2 ** 20, 1)  # noqa: E731
+        mib = lambda mm, s, h, w, i: round(mm.device_bytes(s, h, w, replica, i) / 2 ** 20, 1)  # noqa: E731
         return [{"model": m, "batch": s.batch, "ways": w, "device": i, "measured_mib": round(p / 2 ** 20, 1),
-                 "fitted_mib": mib(fitted, s, h, w), "counted_mib": mib(memory.COUNTED, s, h, w)}
+                 "fitted_mib": mib(fitted, s, h, w, i), "counted_mib": mib(memory.COUNTED, s, h, w, i)}
                 for m, s, h, p, w, i in pts]
     out = {"model": fitted.to_dict(), "points": rows(points),
            "fitted_max_abs_rel_error": max(worst(fitted, fit_points(points)), replica_error),
@@ -128,16 +169,9 @@ def report(points, models, sessions=(), replicas=()) -> dict:
     return out
 
 
-def main():
-    args = cli.parser(__doc__, (
-        ("models", ["vgg", "vgg_wide", "vgg_m", "vgg16"]), ("batches", [8, 32]), ("ways", [1, 2, 4]),
-        ("dataset", "cifar10", None, {"choices": sorted(IMAGE_SHAPES)}),
-        ("steps", 10, "steps (replicas: rounds) per point, see above"),
-        ("replica-models", ["vgg16", "vgg_wide"],
-         "models whose engine replicas are measured at the largest batch (the replica terms)"),
-        ("simd_bits", [512, 128], "SIMD widths the workers compute at (cluster/simd.py)"),
-        ("write", False, "store the fit in " + memory.FIT_PATH))).parse_args()
-    t0 = time.time()
+def measure_all(args):
+    """(points, sessions, replicas, their SIMD widths), measured: every model, batch and split of ``args``
+    at each SIMD width."""
     jobs = [(m, b, False) for m in args.models for b in args.batches]  # (model, batch, an engine replica)
     jobs += [(m, max(args.batches), True) for m in args.replica_models]
     points, sessions, replicas, point_bits, replica_bits = [], [], [], [], []
@@ -155,6 +189,28 @@ def main():
                 print(f"[memory_fit] {m}{' replica' if replica else ''} batch {b} on {w} at {bits} bits: "
                       f"{[round(peak / 2 ** 20) for _, peak in devices]} MiB"
                       + (f", session host {session / 2 ** 20:.0f} MiB" if session else ""), file=sys.stderr, flush=True)
+    return points, sessions, replicas, point_bits, replica_bits
+
+
+def main():
+    args = cli.parser(__doc__, (
+        ("models", ["vgg", "vgg_wide", "vgg_m", "vgg16"]), ("batches", [8, 32]), ("ways", [1, 2, 4]),
+        ("dataset", "cifar10", None, {"choices": sorted(IMAGE_SHAPES)}),
+        ("steps", 10, "steps (replicas: rounds) per point, see above"),
+        ("replica-models", ["vgg16", "vgg_wide"],
+         "models whose engine replicas are measured at the largest batch (the replica terms)"),
+        ("simd_bits", [512, 128], "SIMD widths the workers compute at (cluster/simd.py)"),
+        ("refit", "", "fit the points recorded in this JSON file (an earlier run's output) instead of measuring"),
+        ("write", False, "store the fit in " + memory.FIT_PATH))).parse_args()
+    t0 = time.time()
+    if args.refit:
+        with open(args.refit) as f:
+            result = json.load(f)
+        points, sessions, replicas, point_bits, replica_bits = recorded(result)
+        args.models = sorted({m for m, *_ in points})
+        args.dataset, args.steps = result["dataset"], result["steps"]
+    else:
+        points, sessions, replicas, point_bits, replica_bits = measure_all(args)
     fit = report(points, args.models, sessions, replicas)
     for rows, bits in ((fit["points"], point_bits), (fit.get("replicas", []), replica_bits)):
         for row, b in zip(rows, bits):

@@ -60,10 +60,20 @@ def alone_memory_bytes(stats: ModelStats) -> int:
     return plain_memory_bytes(stats, [[d.units for d in stats.dims]])[0]
 
 
-def plain_memory_bytes(stats: ModelStats, held) -> list[int]:
+def plain_memory_bytes(stats: ModelStats, held, ranks: Sequence[int] | None = None) -> list[int]:
     """Per device of a ``len(held)``-device group, the bytes of a plain training step of its shares
-    (``held[i][l]`` units of each dim), as the profiler times it."""
-    return [cost.MEMORY.device_bytes(stats, h, len(held)) for h in held]
+    (``held[i][l]`` units of each dim), as the profiler times it; ``ranks``: each device's rank for the
+    masters it holds (``masters.ranks``; default: the devices in rank order)."""
+    ranks = range(len(held)) if ranks is None else ranks
+    return [cost.MEMORY.device_bytes(stats, h, len(held), rank=r) for h, r in zip(held, ranks)]
+
+
+def _ranks(group: Sequence[str], budgets: Mapping[str, int]) -> list[int]:
+    """Each device's rank in ``group`` by its place in ``budgets`` (the cluster file's order, which
+    numbers the workers' TF tasks)."""
+    order = list(budgets)
+    by_place = sorted(range(len(group)), key=lambda i: order.index(group[i]))
+    return [by_place.index(i) for i in range(len(group))]
 
 
 def _fits(need: int, budget: int, spec: ModelSpec) -> bool:
@@ -98,8 +108,9 @@ def split_step(budgets: Mapping[str, int], spec: ModelSpec, batch: int
         if _holds(stats, spec, group, even, budgets):
             return group, even
         # a plain step's bytes are linear in the units held: fixed + fraction x (whole - fixed)
-        fixed = plain_memory_bytes(stats, _held(stats, {n: (0,) * k for n in even}, k))
-        whole = plain_memory_bytes(stats, _held(stats, {}, k))
+        ranks = _ranks(group, budgets)
+        fixed = plain_memory_bytes(stats, _held(stats, {n: (0,) * k for n in even}, k), ranks)
+        whole = plain_memory_bytes(stats, _held(stats, {}, k), ranks)
         fractions = memory_fractions([(budgets[n] / headroom - f) / (w - f) for n, f, w in zip(group, fixed, whole)])
         if fractions is not None:
             shares = {name: apportion(sum(units), fractions) for name, units in even.items()}
@@ -116,7 +127,8 @@ def _held(stats: ModelStats, shares: Mapping[str, Sequence[int]], k: int) -> lis
 def _holds(stats: ModelStats, spec: ModelSpec, group: Sequence[str], shares: Mapping[str, Sequence[int]],
            budgets: Mapping[str, int]) -> bool:
     held = _held(stats, shares, len(group))
-    return all(_fits(b, budgets[n], spec) for n, b in zip(group, plain_memory_bytes(stats, held)))
+    return all(_fits(b, budgets[n], spec) for n, b in zip(group, plain_memory_bytes(stats, held,
+                                                                                      _ranks(group, budgets))))
 
 
 def memory_fractions(caps: Sequence[float]) -> tuple[float, ...] | None:
@@ -169,17 +181,22 @@ def beside_split_step(budgets: Mapping[str, int], spec: ModelSpec, batch: int, w
         return ()
     stats = model_stats(spec, batch)
     shares = sizes or even_split_layout(spec.split_dims(), devices)[1]
-    part = dict(zip(devices, plain_memory_bytes(stats, _held(stats, shares, len(devices)))))
+    part = dict(zip(devices, plain_memory_bytes(stats, _held(stats, shares, len(devices)),
+                                                _ranks(devices, budgets))))
     alone = alone_memory_bytes(stats)
     return tuple(n for n in whole if _fits(alone + part.get(n, 0), budgets[n], spec))
 
 
 def steps_to_time(budgets: Mapping[str, int], spec: ModelSpec, batch: int) -> dict:
-    """The profiler's keyword arguments of what to time for calibration (``profile.run.profile_workers``)."""
+    """The profiler's keyword arguments of what to time for calibration (``profile.run.profile_workers``):
+    also ``whole_step_bytes``, what a whole step needs with its headroom, which the profiler checks
+    against what each device still holds when the step's turn comes."""
     devices, sizes = split_step(budgets, spec, batch)
     whole = whole_step_devices(budgets, spec, batch)
+    need = alone_memory_bytes(model_stats(spec, batch)) * cost.MEMORY.headroom_for(spec.name)
     return {"whole_step_devices": whole, "split_step_devices": devices, "split_step_sizes": sizes,
-            "whole_beside_split": beside_split_step(budgets, spec, batch, whole, devices, sizes)}
+            "whole_beside_split": beside_split_step(budgets, spec, batch, whole, devices, sizes),
+            "whole_step_bytes": int(need)}
 
 
 def compute_scales(profile: Profile, spec: ModelSpec) -> dict[str, float]:

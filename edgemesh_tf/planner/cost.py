@@ -209,13 +209,15 @@ def input_medium_ms(group: Sequence[DeviceProfile], stats: ModelStats) -> float:
     return media.each_once_ms(group, [stats.batch * stats.image_bytes] * len(group))
 
 
-def fixed_memory_bytes(stats: ModelStats, k: int) -> list[int]:
+def fixed_memory_bytes(stats: ModelStats, k: int, ranks: Sequence[int] | None = None) -> list[int]:
     """Bytes each device of a ``k``-device group holds whatever the shares: the runtime, the (gathered)
-    inputs of all layers and its part of the whole tensors, an engine replica's anchors and residuals
+    inputs of all layers and the whole tensors the engine's placer puts on it (by its rank,
+    ``masters.ranks``; default: the devices in rank order), an engine replica's anchors and residuals
     included when the step is an engine replica's (``stats.engine``); the first device also hosts
     the group's session (``session_bytes``)."""
-    fixed = MEMORY.fixed_bytes(stats, k, replica=stats.engine)
-    return [fixed + session_bytes(stats, k)] + [fixed] * (k - 1)
+    ranks = range(k) if ranks is None else ranks
+    fixed = [MEMORY.fixed_bytes(stats, k, replica=stats.engine, rank=r) for r in ranks]
+    return [fixed[0] + session_bytes(stats, k)] + fixed[1:]
 
 
 def session_bytes(stats: ModelStats, k: int = 1) -> int:
@@ -225,11 +227,13 @@ def session_bytes(stats: ModelStats, k: int = 1) -> int:
     return MEMORY.session_host_bytes(stats, k) if stats.engine else 0
 
 
-def held_memory_bytes(stats: ModelStats, held: Sequence[Sequence[int]]) -> list[int]:
+def held_memory_bytes(stats: ModelStats, held: Sequence[Sequence[int]], ranks: Sequence[int] | None = None
+                      ) -> list[int]:
     """Predicted peak bytes of each device of a ``len(held)``-device group, device i holding
-    ``held[i][l]`` units of ``stats.dims[l]`` (the memory terms of ``predict.predict``, without a profile)."""
+    ``held[i][l]`` units of ``stats.dims[l]`` (the memory terms of ``predict.predict``, without a
+    profile; ``ranks`` as ``fixed_memory_bytes``)."""
     per_unit = [int(math.ceil(MEMORY.per_unit_bytes(d, stats.batch))) for d in stats.dims]
-    fixed = fixed_memory_bytes(stats, len(held))
+    fixed = fixed_memory_bytes(stats, len(held), ranks)
     return [f + sum(u * h for u, h in zip(per_unit, units)) for f, units in zip(fixed, held)]
 
 

@@ -38,7 +38,7 @@ import math
 from typing import Callable, Sequence
 
 from edgemesh_tf.mesh.layout import Layout
-from edgemesh_tf.planner import media
+from edgemesh_tf.planner import masters, media
 from edgemesh_tf.planner.cost import (GroupPrediction, LayerCoeffs, Shares, check_group, fixed_memory_bytes,
                                       layer_coeffs)
 from edgemesh_tf.planner.model_stats import ModelStats
@@ -297,11 +297,11 @@ def _divide(group: Sequence[DeviceProfile], stats: ModelStats, chunks, profile_b
         return None
 
     shares = [solve(l) for l in range(len(coeffs))]
-    fits = lambda sh: all(m <= d.memory_bytes for m, d in zip(memory_bytes(stats, coeffs, sh, k), group))
+    fits = lambda sh: all(m <= d.memory_bytes for m, d in zip(memory_bytes(stats, coeffs, sh, group), group))
     packed = _pack_memory(group, stats, coeffs, quanta) if k > 1 and (polish or not fits(shares)) else None
     while True:
         held = [s or (co.units,) * k for s, co in zip(shares, coeffs)]
-        mem = memory_bytes(stats, coeffs, shares, k)
+        mem = memory_bytes(stats, coeffs, shares, group)
         excess, i = max((mem[i] - group[i].memory_bytes, i) for i in range(k))
         if excess <= 0:
             break
@@ -354,7 +354,7 @@ def _pack_memory(group, stats, coeffs, quanta) -> list[Shares]:
     k = len(group)
     n = [[1] * k if q else None for q in quanta]
     room = [d.memory_bytes - m for d, m in zip(group, memory_bytes(stats, coeffs, [
-        tuple([q] * k) if q else None for q in quanta], k))]
+        tuple([q] * k) if q else None for q in quanta], group))]
     pieces = sorted(((co.mem_per_unit * q, l) for l, (co, q) in enumerate(zip(coeffs, quanta)) if q
                      for _ in range(co.units // q - k)), reverse=True)
     for size, l in pieces:
@@ -366,7 +366,7 @@ def _pack_memory(group, stats, coeffs, quanta) -> list[Shares]:
 
 def _check_memory_floor(group, stats, coeffs, quanta) -> None:
     """PlanError if a device is over budget even holding one quantum of every splittable layer."""
-    for d, fixed in zip(group, fixed_memory_bytes(stats, len(group))):
+    for d, fixed in zip(group, fixed_memory_bytes(stats, len(group), masters.ranks(group))):
         floor = fixed + sum(co.mem_per_unit * (q or co.units) for co, q in zip(coeffs, quanta))
         if floor > d.memory_bytes:
             raise PlanError("device %s: needs at least %d bytes (the fewest filters it can hold in a group of %d) but "

@@ -42,20 +42,42 @@ def placed_ranks(nbytes: tuple[int, ...], k: int) -> tuple[int, ...]:
     return tuple(out)
 
 
+def ranks(group: Sequence[DeviceProfile]) -> tuple[int, ...]:
+    """Each device's rank in ``group``: its position among the group's TF device strings, sorted (the
+    order ``BalancedVariablePlacer`` breaks ties in)."""
+    out = [0] * len(group)
+    for rank, i in enumerate(sorted(range(len(group)), key=lambda i: group[i].device)):
+        out[i] = rank
+    return tuple(out)
+
+
 def master_devices(group: Sequence[DeviceProfile], stats: ModelStats) -> tuple[int, ...]:
     """For each of ``stats.tensors``: the index in ``group`` of the device its master lives on."""
     by_rank = sorted(range(len(group)), key=lambda i: group[i].device)
     return tuple(by_rank[r] for r in placed_ranks(stats.tensor_bytes, len(group)))
 
 
+def rank_bytes(stats: ModelStats, k: int) -> tuple[tuple[float, float], ...]:
+    """Per rank (``ranks``) of a ``k``-device group: (bytes of every master it holds: weights, state
+    and momentum; bytes of the weight and state ones alone, which it pushes, pulls and anchors)."""
+    return _rank_bytes(stats.tensor_bytes, tuple(t.kind == "momentum" for t in stats.tensors), k)
+
+
+@functools.lru_cache(maxsize=256)
+def _rank_bytes(nbytes: tuple[int, ...], momentum: tuple[bool, ...], k: int) -> tuple[tuple[float, float], ...]:
+    held = [[0.0, 0.0] for _ in range(k)]
+    for n, slot, r in zip(nbytes, momentum, placed_ranks(nbytes, k)):
+        held[r][0] += n
+        if not slot:
+            held[r][1] += n
+    return tuple((whole, pushed) for whole, pushed in held)
+
+
 def pushed_bytes(group: Sequence[DeviceProfile], stats: ModelStats) -> list[float]:
     """Per device of ``group``: the bytes of the weight and state tensors it masters, which a push sends
     and a pull receives over its link."""
-    out = [0.0] * len(group)
-    for t, m in zip(stats.tensors, master_devices(group, stats)):
-        if t.kind != "momentum":
-            out[m] += t.nbytes
-    return out
+    held = rank_bytes(stats, len(group))
+    return [held[r][1] for r in ranks(group)]
 
 
 def copied_bytes(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mapping[str, Shares]

@@ -2,30 +2,34 @@
 
     memory_i = runtime_bytes
              + weight_factor     * 4 * sum_l params_per_unit_l * s_i,l
-             + master_factor     * P / k                       (k > 1 devices in the group)
+             + master_factor     * M_i                         (k > 1 devices in the group)
              + activation_factor * b * (image + sum_l in_l + sum_l act_l * s_i,l / U_l)
-             + replica_factor * P / k + replica_split_bytes [k > 1]  (a replica of the engine only)
+             + replica_factor * W_i + replica_split_bytes [k > 1]  (a replica of the engine only)
              + session_bytes + session_factor * P + session_per_device * k   (the host of the group's session)
 
 s_i,l: units of dim l device i holds (U_l when replicated); b: examples per step; in_l: a layer's
 gathered input, kept for the backward pass on every device; act_l: its output before pooling (the
-ReLU output kept for backward). The factors stand for what the plain count misses:
+ReLU output kept for backward); M_i: the bytes of the whole (master) tensors device i holds (weights,
+state and momentum), W_i: of its weight and state ones alone, where the engine's placer puts them
+(planner/masters.py: by the device's rank among its group's TF device strings; in expectation 2P/k
+and P/k, but a model whose bytes sit in one tensor has one device hold nearly all of them; W_i = P in
+a group of one). The factors stand for what the plain count misses:
 - weight_factor: the weights, their momentum and gradient, and the partial-gradient and gathered
   copies the lowering makes of a share (3 if nothing else);
-- master_factor: a split group's whole (master) weights and momentum, P bytes each, spread over its
-  k devices by bytes (training/graph.py; 2 if nothing else). A one-device group's slices are its masters.
-  An engine replica (engine/runtime/graph.py) also keeps an anchor and a residual of every whole tensor with
-  its master, and its pull and push pass whole tensors through buffers there (`replica=True`).
-  Counted: 2 * P / k (the anchor and the residual). Fitted to replicas' peaks less the plain step's
-  fitted prediction (bench/memory_fit.py, ten rounds): about 2.6 * P / k, plus about 75 MiB on
-  every device of a split group (the copies between masters and slices around each round, and their
-  transfers' buffers), not in proportion to P / k: one factor alone fitted the measured replicas no
-  better than 41%, this pair to 21%.
+- master_factor: a split group's whole (master) tensors, M_i bytes on device i (training/graph.py;
+  1 if nothing else). A one-device group's slices are its masters.
+  An engine replica (engine/runtime/graph.py) also keeps an anchor and a residual of every whole weight
+  with its master, and its pull and push pass whole tensors through buffers there (`replica=True`).
+  Counted: 2 * W_i (the anchor and the residual). Fitted to replicas' peaks less the plain step's
+  fitted prediction (bench/memory_fit.py), plus a constant on every device of a split group (the copies
+  between masters and slices around each round, and their transfers' buffers), not in proportion to
+  W_i (docs/DESIGN.md has the figures).
 - fit_error: the largest factor by which a measured peak, plain or replica, exceeded the fit's
   prediction, less 1; the planner keeps it as headroom below every budget (`headroom`,
   planner/grid.py), so predicted x (1 + fit_error) reaches every peak the fit was measured on.
   model_errors: the same per model measured ((name, error) pairs): a plan of a measured model keeps
-  its own (`headroom_for`), any other model the largest.
+  its own (`headroom_for`). unseen_error: the same on each model left out of a fit of the others, the
+  largest: a model never measured (a user's own) keeps it, as the fit misses such a model by that much.
 - session_bytes, session_factor, session_per_device: the TF master of a session (the graph, its
   optimisation, a partition per device) costs the server it runs on 20-180 MiB, growing with the
   model and the devices (measured: about P + 20 MiB per device). The engine's group
@@ -47,6 +51,7 @@ import math
 import os
 from typing import Sequence
 
+from edgemesh_tf.planner import masters
 from edgemesh_tf.planner.model_stats import FLOAT_BYTES, DimStats, ModelStats
 
 FIT_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "memory_fit.json")
@@ -68,11 +73,13 @@ class MemoryModel:
     replica_split_bytes: float = 0.0
     fit_error: float = 0.0
     model_errors: tuple[tuple[str, float], ...] = ()
+    unseen_error: float = 0.0
 
     def headroom_for(self, model: str | None) -> float:
         """The headroom of a plan of `model` (a zoo name): 1 + its own largest under-prediction
-        where its peaks were measured (``model_errors``), else ``headroom``."""
-        return 1.0 + dict(self.model_errors).get(model, self.fit_error)
+        where its peaks were measured (``model_errors``), else 1 + the larger of ``fit_error`` and
+        ``unseen_error`` (a model the fit never saw, such as a user's own)."""
+        return 1.0 + dict(self.model_errors).get(model, max(self.fit_error, self.unseen_error))
 
     @property
     def headroom(self) -> float:
@@ -85,31 +92,33 @@ class MemoryModel:
         """Bytes the server hosting the session of a training step of the model on `k` devices adds."""
         return int(self.session_bytes + self.session_factor * stats.param_bytes + self.session_per_device * k)
 
-    def _bytes(self, stats: ModelStats, held: Sequence[int], k: int, replica: bool) -> float:
+    def _bytes(self, stats: ModelStats, held: Sequence[int], k: int, rank: int, replica: bool) -> float:
         """The formula above: the coefficients times `features`, plus a replica's copies."""
         coefs = (self.runtime_bytes, self.weight_factor, self.master_factor, self.activation_factor)
-        copies = self.replica_bytes(stats, k) if replica else 0.0
-        return sum(c * x for c, x in zip(coefs, features(stats, held, k))) + copies
+        copies = self.replica_bytes(stats, k, rank) if replica else 0.0
+        return sum(c * x for c, x in zip(coefs, features(stats, held, k, rank))) + copies
 
-    def replica_bytes(self, stats: ModelStats, k: int) -> float:
-        """What an engine replica adds to each device of a `k`-device group (see the formula)."""
-        return self.replica_factor * stats.param_bytes / k + (self.replica_split_bytes if k > 1 else 0.0)
+    def replica_bytes(self, stats: ModelStats, k: int, rank: int = 0) -> float:
+        """What an engine replica adds to the device of `rank` in a `k`-device group (see the formula)."""
+        return (self.replica_factor * masters.rank_bytes(stats, k)[rank][1]
+                + (self.replica_split_bytes if k > 1 else 0.0))
 
-    def fixed_bytes(self, stats: ModelStats, k: int = 1, replica: bool = False) -> int:
-        """Bytes a device of a `k`-device group holds whatever its shares: the runtime, every layer's
-        gathered input, its part of the whole (master) tensors; `replica`: also the engine's anchors
-        and residuals."""
-        return int(self._bytes(stats, [0] * len(stats.dims), k, replica))
+    def fixed_bytes(self, stats: ModelStats, k: int = 1, replica: bool = False, rank: int = 0) -> int:
+        """Bytes the device of `rank` (``masters.ranks``) in a `k`-device group holds whatever its
+        shares: the runtime, every layer's gathered input, the whole (master) tensors it holds;
+        `replica`: also the engine's anchors and residuals."""
+        return int(self._bytes(stats, [0] * len(stats.dims), k, rank, replica))
 
     def per_unit_bytes(self, dim: DimStats, batch: int) -> float:
         """Bytes one unit (filter, output unit) of `dim` adds on the device that holds it."""
         return (self.weight_factor * FLOAT_BYTES * dim.params_per_unit
                 + self.activation_factor * batch * dim.act_bytes / dim.units)
 
-    def device_bytes(self, stats: ModelStats, held: Sequence[int], k: int = 1, replica: bool = False) -> int:
-        """Peak bytes of a device of a `k`-device group holding `held[l]` units of each dim (in
-        `stats.dims` order)."""
-        return int(math.ceil(self._bytes(stats, held, k, replica)))
+    def device_bytes(self, stats: ModelStats, held: Sequence[int], k: int = 1, replica: bool = False,
+                     rank: int = 0) -> int:
+        """Peak bytes of the device of `rank` in a `k`-device group holding `held[l]` units of each dim
+        (in `stats.dims` order)."""
+        return int(math.ceil(self._bytes(stats, held, k, rank, replica)))
 
     def whole_model_bytes(self, stats: ModelStats, batch: int, replica: bool = False) -> tuple[float, float]:
         """(bytes independent of the batch, bytes per example) of the whole model on one device."""
@@ -122,42 +131,46 @@ class MemoryModel:
         return {**dataclasses.asdict(self), "model_errors": dict(self.model_errors)}
 
 
-COUNTED = MemoryModel(0.0, 3.0, 2.0, 1.0, "counted: weights, momentum, gradient, masters and activations once, "
+COUNTED = MemoryModel(0.0, 3.0, 1.0, 1.0, "counted: weights, momentum, gradient, masters and activations once, "
                                           "no runtime")
 
 
-def features(stats: ModelStats, held: Sequence[int], k: int = 1) -> tuple[float, float, float, float]:
-    """(1, weight bytes held, master bytes per device, activation bytes held): the terms the
-    coefficients multiply, for a device of a `k`-device group."""
+def features(stats: ModelStats, held: Sequence[int], k: int = 1, rank: int = 0
+             ) -> tuple[float, float, float, float]:
+    """(1, weight bytes held, master bytes held, activation bytes held): the terms the coefficients
+    multiply, for the device of `rank` (``masters.ranks``) in a `k`-device group."""
     weights = FLOAT_BYTES * sum(d.params_per_unit * h for d, h in zip(stats.dims, held))
-    masters = stats.param_bytes / k if k > 1 else 0.0
+    whole = masters.rank_bytes(stats, k)[rank][0] if k > 1 else 0.0
     acts = stats.batch * (stats.image_bytes + sum(d.in_bytes for d in stats.dims)
                           + sum(d.act_bytes * h / d.units for d, h in zip(stats.dims, held)))
-    return 1.0, float(weights), float(masters), float(acts)
+    return 1.0, float(weights), float(whole), float(acts)
 
 
-def fit(points: Sequence[tuple[ModelStats, Sequence[int], int, float]],
-        sessions: Sequence[tuple[ModelStats, int, float]] = (), source: str = "") -> MemoryModel:
-    """Least-squares coefficients (each >= 0) of measured peaks: points of (stats, units held per
-    dim, devices in the group, measured peak bytes); sessions: (stats, devices in the group, peak
-    bytes of the session's host), fitted apart (none: no session term). The error minimised is relative (each point
-    weighted by 1/peak), so small devices count as much as large ones."""
+Point = tuple[ModelStats, Sequence[int], int, int, float]
+"""A measured peak: (stats, units held per dim, devices in the group, the device's rank, peak bytes)."""
+
+
+def fit(points: Sequence[Point], sessions: Sequence[tuple[ModelStats, int, float]] = (), source: str = ""
+        ) -> MemoryModel:
+    """Least-squares coefficients (each >= 0) of measured peaks (``Point``s); sessions: (stats,
+    devices in the group, peak bytes of the session's host), fitted apart (none: no session term). The
+    error minimised is relative (each point weighted by 1/peak), so small devices count as much as
+    large ones."""
     if len(points) < 4:
         raise ValueError("fitting the memory model needs at least 4 measured points, got %d" % len(points))
-    coef = _nnls_relative([features(s, h, k) for s, h, k, _ in points], [p for *_, p in points])
+    coef = _nnls_relative([features(s, h, k, r) for s, h, k, r, _ in points], [p for *_, p in points])
     session = _nnls_relative([(1.0, float(s.param_bytes), float(k)) for s, k, _ in sessions],
                              [p for *_, p in sessions]) if sessions else (0.0, 0.0, 0.0)
     return MemoryModel(*(float(c) for c in coef), source, *(float(c) for c in session))
 
 
-def fit_replica(model: MemoryModel, points: Sequence[tuple[ModelStats, Sequence[int], int, float]]) -> MemoryModel:
+def fit_replica(model: MemoryModel, points: Sequence[Point]) -> MemoryModel:
     """`model` with replica_factor and replica_split_bytes (each >= 0) fitted to peaks of engine
-    replicas: points of (stats, units held per dim, devices in the group, measured peak bytes), less
-    `model`'s plain prediction (relative least squares, as `fit`)."""
+    replicas (``Point``s), less `model`'s plain prediction (relative least squares, as `fit`)."""
     if len(points) < 2:
         raise ValueError("fitting the replica terms needs at least 2 measured replica peaks, got %d" % len(points))
-    rows = [(s.param_bytes / k, float(k > 1)) for s, _, k, _ in points]
-    extra = [peak - model.device_bytes(s, h, k) for s, h, k, peak in points]
+    rows = [(masters.rank_bytes(s, k)[r][1], float(k > 1)) for s, _, k, r, _ in points]
+    extra = [peak - model.device_bytes(s, h, k, rank=r) for s, h, k, r, peak in points]
     factor, split = _nnls_relative(rows, extra, weights=[1.0 / peak for *_, peak in points])
     return dataclasses.replace(model, replica_factor=float(factor), replica_split_bytes=float(split))
 
@@ -195,7 +208,8 @@ def load(path: str = FIT_PATH) -> MemoryModel:
                                float(raw.get("session_per_device", 0.0)), float(raw.get("replica_factor", 2.0)),
                                float(raw.get("replica_split_bytes", 0.0)),
                                float(raw.get("fit_error", top.get("fitted_max_abs_rel_error", 0.0))),
-                               tuple(sorted((str(m), float(e)) for m, e in raw.get("model_errors", {}).items())))
+                               tuple(sorted((str(m), float(e)) for m, e in raw.get("model_errors", {}).items())),
+                               float(raw.get("unseen_error", 0.0)))
         except (ValueError, KeyError, TypeError) as e:
             raise ValueError("%s: expected {\"model\": {\"runtime_bytes\", \"weight_factor\", \"master_factor\", "
                              "\"activation_factor\"}} (bench/memory_fit.py --write), got an error: %s" % (path, e))

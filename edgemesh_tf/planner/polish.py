@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from edgemesh_tf.mesh.layout import even_split
+from edgemesh_tf.planner import masters
 from edgemesh_tf.planner.cost import LayerCoeffs, Shares, fixed_memory_bytes
 from edgemesh_tf.planner.model_stats import ModelStats
 from edgemesh_tf.planner.simulate import simulate_share_arrays, simulate_step_ms, simulate_steps_ms
@@ -40,11 +41,12 @@ EXACT_MAX = 2000  # divisions: at most this many, try them all
 TRIAL_BATCH = 4096  # divisions simulated together in a sweep, at least (but the last)
 
 
-def memory_bytes(stats: ModelStats, coeffs: Sequence[LayerCoeffs], shares: Sequence[Shares], k: int,
-                 fixed: Sequence[int] | None = None) -> list[int]:
-    """Predicted bytes per device of a division (``cost``'s memory formula); ``fixed``: the
-    group's ``fixed_memory_bytes`` if already known."""
-    mem = list(fixed_memory_bytes(stats, k) if fixed is None else fixed)
+def memory_bytes(stats: ModelStats, coeffs: Sequence[LayerCoeffs], shares: Sequence[Shares],
+                 group: Sequence[DeviceProfile], fixed: Sequence[int] | None = None) -> list[int]:
+    """Predicted bytes per device of ``group`` under a division (``cost``'s memory formula); ``fixed``:
+    the group's ``fixed_memory_bytes`` if already known."""
+    k = len(group)
+    mem = list(fixed_memory_bytes(stats, k, masters.ranks(group)) if fixed is None else fixed)
     for s, co in zip(shares, coeffs):
         if s is None:
             for i in range(k):
@@ -64,7 +66,7 @@ class _Search:
         # pass over the single moves asks it of every replicated layer again
         self.split = functools.cache(split)
         self.k = len(group)
-        self.fixed = fixed_memory_bytes(stats, self.k)
+        self.fixed = fixed_memory_bytes(stats, self.k, masters.ranks(group))
         self.budget = [d.memory_bytes for d in group]
         names = [d.name for d in stats.dims]
         self._one = lambda sh: simulate_step_ms(group, stats, dict(zip(names, sh)), profile_batch, coeffs)
@@ -89,7 +91,7 @@ class _Search:
         return [self._one(sh) for sh in trials]
 
     def memory(self, sh) -> list[int]:
-        return memory_bytes(self.stats, self.coeffs, sh, self.k, self.fixed)
+        return memory_bytes(self.stats, self.coeffs, sh, self.group, self.fixed)
 
     def fits(self, sh) -> bool:
         return all(m <= b for m, b in zip(self.memory(sh), self.budget))

@@ -22,6 +22,8 @@ from edgemesh_tf.models.shapes import layer_shapes
 from edgemesh_tf.profiling.layers import build_layer_op, build_noop_op, build_transfer_op
 from edgemesh_tf.profiling.types import DeviceProfile, LayerTiming, Profile
 
+MIB = 1 << 20
+
 TRANSFER_BYTES = (16 << 10, 128 << 10, 512 << 10)
 # On a fast link the largest of those is over within a few CFS periods of a throttled sender (a 0.25-core
 # device runs 2.5 ms of each 10), so its time depends on where in the period it starts and varies
@@ -133,7 +135,7 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
                     master_device: str, *, repeats: int = 5, reps: int = 3, whole_step_devices: Sequence[str] = (),
                     split_step_devices: Sequence[str] = (), split_step_sizes: Mapping[str, Sequence[int]] | None = None,
                     whole_beside_split: Sequence[str] = (), whole_step_repeats: int = 5,
-                    config: tf.ConfigProto | None = None, testbed_limits=None) -> Profile:
+                    whole_step_bytes: int = 0, config: tf.ConfigProto | None = None, testbed_limits=None) -> Profile:
     """Measures every device in ``devices``; ``master_device`` is where transfers are received.
     whole_step_devices: names of devices to also time at least ``whole_step_repeats`` real training
     steps of the whole model on, each alone (their ``whole_step_ms``; each must hold the model).
@@ -142,7 +144,10 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     over them ({dim: shares}; None or {}: evenly, ``even_split_layout``). whole_beside_split: those
     of ``whole_step_devices`` whose whole steps are timed interleaved with the split step, step by
     step (their servers hold both graphs at once), so that the machine's drift between minutes does
-    not move the ratio of the two. testbed_limits: the emulated testbed, whose limits are lifted while
+    not move the ratio of the two. whole_step_bytes: what a whole step needs (bytes, with headroom): a
+    device whose server still holds more of its budget than that leaves, after the layer timings (its
+    resident memory above idle, where its pid is known: allocators keep freed memory), is not timed
+    whole (``whole_steps_that_fit``), as the step could push it past its budget. testbed_limits: the emulated testbed, whose limits are lifted while
     each layer, transfer and step graph sets up (its first run, ``_first_runs`` and ``layout_steps_ms``),
     or None."""
     shapes = layer_shapes(spec, batch)
@@ -202,6 +207,9 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     tf.Session.reset(session_target)  # frees the transfers' variables on the devices
     from edgemesh_tf.mesh.layout import even_split_layout, single_device_layout, split_layout
     by_name = {d.name: d.device for d in devices}
+    held = {d.name: max(0, read_vm_kb(d.pid, "VmRSS") - idle_kb.get(d.name, 0)) * 1024 for d in devices if d.pid}
+    whole_step_devices = whole_steps_that_fit(whole_step_devices, whole_step_bytes, held,
+                                              {d.name: d.memory_bytes for d in devices})
     beside = [n for n in whole_step_devices if n in whole_beside_split and split_step_devices]
     timed: dict[str, float] = {}
     for name in whole_step_devices:
@@ -219,6 +227,20 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     return Profile(model=spec.name, batch=batch, image_shape=spec.image_shape, num_classes=spec.num_classes,
                    devices=tuple(out), split_step_ms=split_ms, split_step_devices=tuple(split_step_devices),
                    split_step_sizes={n: tuple(v) for n, v in (split_step_sizes or {}).items()})
+
+
+def whole_steps_that_fit(names: Sequence[str], need: int, held: Mapping[str, int], budgets: Mapping[str, int]
+                         ) -> list[str]:
+    """Of ``names``, the devices whose budget (bytes) holds ``need`` more bytes beside what they still
+    ``held`` (a device absent from ``held`` is kept); each one left out is logged with its figures."""
+    out = []
+    for n in names:
+        if held.get(n, 0) + need <= budgets[n]:
+            out.append(n)
+        else:
+            logging.info("not timing %s's whole step: it still holds %.0f MiB after the layer timings and the step "
+                         "needs %.0f MiB, past its %.0f MiB budget", n, held[n] / MIB, need / MIB, budgets[n] / MIB)
+    return out
 
 
 SPLIT = " split"  # the split step's key among layout_steps_ms's layouts (no device is named so)

@@ -24,20 +24,22 @@ def profile_workers(cluster: ClusterFile, spec: ModelSpec, batch: int, session_t
                     pids: Mapping[str, int | None], *, repeats: int = 5, whole_step_devices: Sequence[str] = (),
                     split_step_devices: Sequence[str] = (),
                     split_step_sizes: Mapping[str, Sequence[int]] | None = None,
-                    whole_beside_split: Sequence[str] = (), testbed_limits=None) -> Profile:
+                    whole_beside_split: Sequence[str] = (), whole_step_bytes: int = 0,
+                    testbed_limits=None) -> Profile:
     """Measures every worker of a reachable ``cluster``; ``pids`` {device name: local server pid
     or None} enables the peak-memory reading; budgets come from the file's memory_mib.
     whole_step_devices, split_step_devices, split_step_sizes, whole_beside_split: workers to time
     whole-model training steps on, each alone, and workers to time steps of a split over, with its
     units per split dim (None: even), and the whole steps timed interleaved with it (they must hold
-    the model, their parts; ``planner.calibrate.steps_to_time`` chooses them). testbed_limits: the
+    the model, their parts; ``planner.calibrate.steps_to_time`` chooses them); whole_step_bytes: what a
+    whole step needs (``profile_devices``). testbed_limits: the
     emulated testbed whose limits are lifted while the step graphs set up (``profile_devices``)."""
     memory = budgets(cluster)
     devices = [DeviceToProfile(d.name, d.device_string, memory[d.name], pids.get(d.name)) for d in cluster.workers]
     profile = profile_devices(spec, batch, devices, session_target, cluster.master.device_string, repeats=repeats,
                               whole_step_devices=whole_step_devices, split_step_devices=split_step_devices,
                               split_step_sizes=split_step_sizes, whole_beside_split=whole_beside_split,
-                              testbed_limits=testbed_limits)
+                              whole_step_bytes=whole_step_bytes, testbed_limits=testbed_limits)
     return with_media(profile, cluster)
 
 

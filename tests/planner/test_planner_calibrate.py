@@ -113,7 +113,8 @@ def test_the_split_step_is_timed_on_the_three_largest_budgets_if_each_holds_its_
     assert steps_to_time({"a": need, "c": big}, SPEC, 32) == {
         "whole_step_devices": ("c", "a"), "split_step_devices": ("c", "a"),
         "split_step_sizes": {n: tuple(v) for n, v in even_split_layout(SPEC.split_dims(), "ca")[1].items()},
-        "whole_beside_split": ("c",)}
+        "whole_beside_split": ("c",),
+        "whole_step_bytes": int(alone_memory_bytes(STATS) * cost.MEMORY.headroom_for(SPEC.name))}
 
 
 def test_whole_steps_are_timed_beside_the_split_step_where_both_graphs_fit():

@@ -72,17 +72,19 @@ def test_step_memory_and_sync_by_hand(monkeypatch):
     assert p.separable_ms == pytest.approx(max(15, 10) + max(gather) + 2.0 + base)
     assert p.step_ms <= p.separable_ms  # the simulation only removes waiting the bound counts
     assert p.comm_ms == pytest.approx(gather)
-    # memory: 3 copies * 4 bytes * params + batch * (image + inputs + own outputs), and each device's
-    # half of the whole tensors: 2 masters (weights, momentum) + an engine replica's anchor and residual
-    model_bytes = 4 * (65 * 4 + 5 * 4)
-    fixed = 10 * (4 * 64 + 4 * 4) + (2 + 2) * model_bytes // 2  # image + out's input (fc's gathered output)
-    assert p.memory_bytes == (fixed + 12 * 65 * 3 + 10 * 4 * 3 + 12 * 5 * 4 + 10 * 16,
-                              fixed + 12 * 65 * 1 + 10 * 4 * 1 + 12 * 5 * 4 + 10 * 16)
     # the masters as mtf's placer puts them, in creation order (a = task 0 takes ties): fc/kernel (1024 bytes)
     # -> a; fc/bias (16), out/kernel (64), out/bias (16) -> b; their momentum slots: fc/kernel's (1024) -> b,
     # the other three -> a. Each device pushes and pulls the weights it masters over its own link:
     # a 1024 bytes at 1000 bytes/ms, b 96 at 2000
     assert masters.pushed_bytes([a, b], stats) == [1024, 96]
+    # memory: 3 copies * 4 bytes * params + batch * (image + inputs + own outputs), and the whole tensors
+    # each device holds: its masters (a: 1024 + 96 = 1120 bytes, b: 96 + 1024) + an engine replica's anchor
+    # and residual of the weights it masters (a: 2 * 1024, b: 2 * 96)
+    acts = 10 * (4 * 64 + 4 * 4)  # image + out's input (fc's gathered output)
+    assert p.memory_bytes == (acts + 1120 + 2 * 1024 + 12 * 65 * 3 + 10 * 4 * 3 + 12 * 5 * 4 + 10 * 16,
+                              acts + 1120 + 2 * 96 + 12 * 65 * 1 + 10 * 4 * 1 + 12 * 5 * 4 + 10 * 16)
+    # the same devices the other way round: the masters follow the TF device strings, not the group's order
+    assert predict([b, a], stats, {"fc": (1, 3)}, profile_batch=20).memory_bytes == p.memory_bytes[::-1]
     assert p.ps_sync_ms == pytest.approx(2 * max(1024 / 1000, 96 / 2000) + 2 * 2.0)
     # a round's copies of the weights between masters and slices (momentum stays in the slices): a master
     # sends each other device its share of a split tensor (fc's: a holds 3 of 4 units) and a replicated

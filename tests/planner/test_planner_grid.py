@@ -100,12 +100,13 @@ def test_a_plan_without_the_engine_admits_a_device_too_small_for_a_replicas_shar
     spec = get_model("vgg16", (32, 32, 1), 10)
     stats = model_stats(spec, 32)
     headroom = cost.MEMORY.headroom_for(spec.name)
-    small = int(cost.fixed_memory_bytes(stats, 3)[1] * headroom * 0.98)  # an engine replica's fixed bytes do not fit
-    plain_fixed = cost.fixed_memory_bytes(model_stats(spec, 32, engine=False), 3)[1]
+    small = int(cost.fixed_memory_bytes(stats, 3)[2] * headroom * 0.98)  # an engine replica's fixed bytes do not fit
+    plain_stats = model_stats(spec, 32, engine=False)
+    plain_fixed = cost.fixed_memory_bytes(plain_stats, 3)[2]
     assert plain_fixed * headroom < small * 0.6  # the premise: a plain step's leave room for a share
-    # a plain layout's session is the chief's: its first device is charged no more than the others
-    assert cost.fixed_memory_bytes(model_stats(spec, 32, engine=False), 3) == [plain_fixed] * 3
-    assert cost.fixed_memory_bytes(stats, 3)[0] > cost.fixed_memory_bytes(stats, 3)[1]
+    # a plain layout's session is the chief's: its first device holds only its masters, as the others
+    assert cost.fixed_memory_bytes(plain_stats, 3) == [cost.MEMORY.fixed_bytes(plain_stats, 3, rank=r) for r in range(3)]
+    assert cost.fixed_memory_bytes(stats, 3)[0] > cost.MEMORY.fixed_bytes(stats, 3, replica=True, rank=0)
     devs = [flops_device("p%d" % i, stats, 4, i, bw=10000, lat=0.05, mem=(8 << 30) if i < 2 else small)
             for i in range(3)]
     prof = profile(spec, devs, 32)

@@ -20,7 +20,7 @@ def _points(mm, models=("vgg", "vgg_wide", "vgg16"), batches=(8, 32), ways=(1, 2
             stats = model_stats(spec, b)
             for k in ways:
                 held = [d.units if d.units < k else d.units // k for d in stats.dims]
-                out.append((stats, held, k, mm.device_bytes(stats, held, k)))
+                out.extend((stats, held, k, r, mm.device_bytes(stats, held, k, rank=r)) for r in range(k))
     return out
 
 
@@ -35,18 +35,29 @@ def test_fit_recovers_the_coefficients_of_exact_points():
 def test_fit_keeps_every_coefficient_non_negative():
     # peaks that a negative runtime would fit best: the runtime is dropped to 0 and the rest refitted
     mm = memory.MemoryModel(0.0, 4.0, 2.0, 1.0)
-    pts = [(s, h, k, p - 30 * 2 ** 20 if p > 100 * 2 ** 20 else p) for s, h, k, p in _points(mm)]
+    pts = [(s, h, k, r, p - 30 * 2 ** 20 if p > 100 * 2 ** 20 else p) for s, h, k, r, p in _points(mm)]
     got = memory.fit(pts)
     assert min(got.runtime_bytes, got.weight_factor, got.master_factor, got.activation_factor) >= 0
     with pytest.raises(ValueError, match="at least 4 measured points"):
         memory.fit(pts[:3])
 
 
-def test_a_split_device_holds_its_part_of_the_masters_and_a_replica_its_anchors():
-    stats = model_stats(get_model("vgg16", (32, 32, 3), 10), 8)
+def test_a_split_device_holds_the_masters_placed_on_it_and_a_replica_its_anchors():
+    from edgemesh_tf.planner import masters
+
+    stats = model_stats(get_model("vgg_wide", (32, 32, 3), 10), 8)
     P = stats.param_bytes
-    assert MODEL.fixed_bytes(stats, 4) - MODEL.fixed_bytes(stats, 1) == pytest.approx(2.5 * P / 4, abs=1)
-    assert MODEL.fixed_bytes(stats, 4, replica=True) - MODEL.fixed_bytes(stats, 4) == pytest.approx(2 * P / 4, abs=1)
+    held = masters.rank_bytes(stats, 4)
+    # every whole tensor is on one device: the weights and state once, the momentum slots of the weights
+    momentum = sum(t.nbytes for t in stats.tensors if t.kind == "momentum")
+    assert sum(w for w, _ in held) == P + momentum and sum(p for _, p in held) == P
+    # vgg_wide's fc2 kernel is half the model: the device holding it holds twice an even share of the masters
+    big = max(t.nbytes for t in stats.tensors)
+    assert big > 0.45 * P and max(p for _, p in held) >= big > 1.8 * P / 4
+    for r, (whole, pushed) in enumerate(held):
+        assert MODEL.fixed_bytes(stats, 4, rank=r) - MODEL.fixed_bytes(stats, 1) == pytest.approx(2.5 * whole, abs=1)
+        assert (MODEL.fixed_bytes(stats, 4, replica=True, rank=r) - MODEL.fixed_bytes(stats, 4, rank=r)
+                == pytest.approx(2 * pushed, abs=1))
     # one device: its slices are the masters, no master term; a replica still keeps whole anchors
     assert MODEL.fixed_bytes(stats, 1, replica=True) - MODEL.fixed_bytes(stats, 1) == pytest.approx(2 * P, abs=1)
 
@@ -54,16 +65,20 @@ def test_a_split_device_holds_its_part_of_the_masters_and_a_replica_its_anchors(
 def test_the_replica_terms_are_fitted_to_replica_peaks_less_the_plain_prediction():
     import dataclasses
 
+    from edgemesh_tf.planner import masters
+
     true = dataclasses.replace(MODEL, replica_factor=1.5, replica_split_bytes=80 * 2 ** 20)
     stats = model_stats(get_model("vgg16", (32, 32, 3), 10), 32)
     assert true.replica_bytes(stats, 1) == 1.5 * stats.param_bytes  # one device: no split copies
-    assert true.replica_bytes(stats, 4) == pytest.approx(1.5 * stats.param_bytes / 4 + 80 * 2 ** 20)
-    replicas = [(s, h, k, true.device_bytes(s, h, k, replica=True)) for s, h, k, _ in _points(true)]
+    pushed = [p for _, p in masters.rank_bytes(stats, 4)]
+    for r in range(4):
+        assert true.replica_bytes(stats, 4, r) == pytest.approx(1.5 * pushed[r] + 80 * 2 ** 20)
+    replicas = [(s, h, k, r, true.device_bytes(s, h, k, True, r)) for s, h, k, r, _ in _points(true)]
     got = memory.fit_replica(MODEL, replicas)
     assert got.replica_factor == pytest.approx(1.5, rel=1e-6)
     assert got.replica_split_bytes == pytest.approx(80 * 2 ** 20, rel=1e-6)
     assert got.weight_factor == MODEL.weight_factor  # the plain terms are kept
-    plain = memory.fit_replica(true, [(s, h, k, true.device_bytes(s, h, k)) for s, h, k, _ in replicas])
+    plain = memory.fit_replica(true, [(s, h, k, r, true.device_bytes(s, h, k, rank=r)) for s, h, k, r, _ in replicas])
     assert plain.replica_factor == 0.0 and plain.replica_split_bytes == 0.0
     with pytest.raises(ValueError, match="at least 2 measured replica peaks"):
         memory.fit_replica(MODEL, replicas[:1])
@@ -114,8 +129,8 @@ def test_load_the_shipped_fit_or_say_what_is_wrong(tmp_path):
 
 def test_the_planner_predicts_with_the_fitted_model():
     stats = model_stats(get_model("vgg", (32, 32, 3), 10), 8)
-    fixed = cost.MEMORY.fixed_bytes(stats, 3, replica=True)
-    assert cost.fixed_memory_bytes(stats, 3) == [fixed + cost.MEMORY.session_host_bytes(stats, 3), fixed, fixed]
+    fixed = [cost.MEMORY.fixed_bytes(stats, 3, replica=True, rank=r) for r in range(3)]
+    assert cost.fixed_memory_bytes(stats, 3) == [fixed[0] + cost.MEMORY.session_host_bytes(stats, 3), *fixed[1:]]
     assert cost.MEMORY == memory.FITTED
 
 

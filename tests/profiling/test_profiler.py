@@ -6,7 +6,7 @@ import time
 import pytest
 
 from edgemesh_tf.mesh.layout import Layout, single_device_layout
-from edgemesh_tf.profiling.profiler import fit_link, passes_per_run, robust_median
+from edgemesh_tf.profiling.profiler import fit_link, passes_per_run, robust_median, whole_steps_that_fit
 from edgemesh_tf.profiling.types import load_profile, save_profile
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -237,3 +237,16 @@ def test_first_runs_run_each_op_alone_with_the_limits_lifted_and_restore_them_al
     with pytest.raises(RuntimeError, match="device gone"):
         _first_runs(Session(), ["a", "bad", "c"], Testbed())
     assert log == ["lift", "a", "restore"]
+
+
+def test_a_whole_step_is_timed_only_where_it_fits_beside_what_the_device_still_holds(caplog):
+    """After the layer timings a server keeps some of what it freed (the allocator holds it): a device
+    whose budget holds a whole step when idle may not beside that, and is then not timed whole."""
+    mib = 1 << 20
+    budgets = {"jetson0": 1024 * mib, "pi1": 512 * mib, "pi2": 256 * mib}
+    held = {"jetson0": 300 * mib, "pi2": 80 * mib}  # pi1: no pid, nothing read
+    with caplog.at_level("INFO"):
+        assert whole_steps_that_fit(["jetson0", "pi1", "pi2"], 200 * mib, held, budgets) == ["jetson0", "pi1"]
+    assert "not timing pi2's whole step: it still holds 80 MiB" in caplog.text and "256 MiB budget" in caplog.text
+    assert whole_steps_that_fit(["pi2"], 176 * mib, held, budgets) == ["pi2"]  # exactly its budget: fits
+    assert whole_steps_that_fit(["pi2"], 177 * mib, held, budgets) == []
