@@ -245,6 +245,15 @@ def train_planned(cluster, plan_path: str, batch: int, settings: JobSettings, se
     return final
 
 
+def fresh_testbed_servers(servers, names) -> None:
+    """Starts the testbed's servers of devices ``names`` again, idle, before training
+    (``EmulatedCluster.fresh_servers``): what their allocators kept of the profile's and the near-tie
+    timings' freed memory does not count against their budgets, so a device trains within the same
+    memory whether or not this run profiled."""
+    servers.testbed.fresh_servers(names)
+    servers.pids.update({n: servers.testbed.devices[n].pid for n in names})
+
+
 def cache_dir(setting_value: str) -> str:
     """The profile cache directory a ``MainJob.profile_cache`` names: "default" is
     ``profiling.cache.default_cache_dir()``, "" keeps no cache, any other value is a path (~ expanded)."""
@@ -287,6 +296,8 @@ def run_main_job(job: MainJob, emit: Callable[[records.Record], None] = lambda r
         emit(records.Planned(profile_s=round(time.monotonic() - t0, 1), profile=profile_path, plan=plan_path,
                              table=format_table(result), reused=cache["entry"] if cache["reused"] else "",
                              reused_age_s=cache["age_s"]))
+        if servers.testbed is not None and (not cache["reused"] or tie is not None):
+            fresh_testbed_servers(servers, [d.name for d in cluster.workers])
         final = train_planned(cluster, plan_path, job.batch, s, servers, job.emulate, emit,
                               device_info=_device_info(cluster, profile, result), profile_path=profile_path)
         cache.update(check_profile(final, cache))

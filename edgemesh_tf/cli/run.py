@@ -28,6 +28,16 @@ JOB_FLAGS = tuple(hybrid.define_flags("run"))
 HELP_GROUPS = hybrid.help_groups("run")
 
 
+def memory_cell(d: dict) -> str:
+    """A device's predicted and peak memory (MiB) with their ratio, as far as they are known (the peak:
+    on the emulated testbed, what its memory group was charged while training)."""
+    predicted, peak = d.get("predicted_memory_mib"), d.get("peak_memory_mib")
+    if predicted is None and peak is None:
+        return "-"
+    cell = "%s -> %s" % ("-" if predicted is None else "%.0f" % predicted, "-" if peak is None else "%.0f" % peak)
+    return cell + (" (x%.2f)" % (peak / predicted) if predicted and peak is not None else "")
+
+
 def plan_lines(p: dict) -> list[str]:
     """What the planner chose and why: its prediction against the best alternative, and each split."""
     best, predicted = p["best_alternative"], p["predicted_examples_per_sec"]
@@ -90,10 +100,12 @@ def summary_text(s: dict) -> str:
     lines.append("phases: " + " -> ".join("%s at %.1f s" % (p, t) for p, _, t in s["phase_transitions"]))
     lines.append("throughput: %.0f examples/s in total, %d iterations, %.2f MB sent" % (
         s["examples_per_sec"], s["global_steps"], s["bytes_sent"] / 1e6))
-    lines.append("  %-10s %-12s %11s %9s %12s" % ("device", "group", "examples/s", "GFLOP/s", "utilisation"))
+    lines.append("  %-10s %-12s %11s %9s %12s  %s" % ("device", "group", "examples/s", "GFLOP/s", "utilisation",
+                                                     "memory MiB: predicted -> peak while training"))
     for name, d in s["devices"].items():
-        lines.append("  %-10s %-12s %11.0f %9.2f %11.0f%%" % (name, d["group"], d["examples_per_sec"],
-                                                           d["compute_gflops"], 100 * d["utilisation"]))
+        lines.append("  %-10s %-12s %11.0f %9.2f %11.0f%%  %s" % (name, d["group"], d["examples_per_sec"],
+                                                               d["compute_gflops"], 100 * d["utilisation"],
+                                                               memory_cell(d)))
     lines.extend(plan_lines(s["planned"]))
     if s["idle_devices"]:
         lines.append("  idle: %s (the planner predicts the job faster without %s; see %s)" % (

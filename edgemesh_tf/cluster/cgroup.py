@@ -129,6 +129,15 @@ class MemoryGroup:
                 if path == mem:
                     raise
 
+    def peak(self) -> int:
+        """The most the group has been charged since it was made or ``reset_peak`` (bytes;
+        memory.max_usage_in_bytes)."""
+        return self.read("memory.max_usage_in_bytes")
+
+    def reset_peak(self) -> None:
+        """Starts ``peak`` again from what the group is charged now."""
+        _write(os.path.join(self.path, "memory.max_usage_in_bytes"), "0")
+
     def oom_kills(self) -> int:
         """Processes of the group the kernel's OOM killer has killed (memory.oom_control)."""
         try:

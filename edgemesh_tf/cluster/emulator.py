@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Sequence
 
 from absl import logging
 
@@ -169,6 +170,22 @@ class EmulatedCluster:
         self.restore_quotas()
         self.restore_links()
 
+    def reset_memory_peaks(self) -> None:
+        """Starts every memory-limited device's peak again from what it holds now (``memory_peaks``)."""
+        for group, _ in self._mem.values():
+            group.reset_peak()
+
+    def memory_peaks(self) -> dict[str, int]:
+        """{device: the most its memory group was charged since it joined or ``reset_memory_peaks``}
+        (bytes above its idle server, the figure its budget limits); devices without a budget are absent."""
+        out = {}
+        for name, (group, _) in self._mem.items():
+            try:
+                out[name] = group.peak()
+            except OSError:  # its group went with a device that is down
+                pass
+        return out
+
     def _spawn_server(self, name: str, mode: str) -> subprocess.Popen:
         with open(_log_path(self.run_dir, name), mode) as log:
             env = dict(_child_env(), **simd.server_env(self.spec.device(name).simd_bits))
@@ -187,7 +204,22 @@ class EmulatedCluster:
         if old.poll() is None:
             raise ValueError("device %s is still running (pid %d); only a device whose server died can be restarted"
                              % (name, old.pid))
-        p = self._spawn_server(name, "a")
+        return self._rejoin(name, self._spawn_server(name, "a"), timeout_s)
+
+    def fresh_servers(self, names: Sequence[str], timeout_s: float = 120.0) -> None:
+        """Ends the servers of devices ``names`` (this testbed's own processes, by their ids) and starts
+        them again, idle, as ``restart_device`` does: all are spawned before any is waited for. What a
+        server's allocator kept of the memory earlier work freed (the profile's layer timings) then does
+        not count against its budget while it trains, as on a run whose profile was cached."""
+        for name in names:
+            procs.terminate(self._procs[name])
+        spawned = {name: self._spawn_server(name, "a") for name in names}
+        for name, p in spawned.items():
+            self._rejoin(name, p, timeout_s)
+
+    def _rejoin(self, name: str, p: subprocess.Popen, timeout_s: float) -> EmulatedDevice:
+        """Waits until the respawned server ``p`` of ``name`` answers (at most timeout_s), then puts it in
+        its CPU and memory groups, as ``up`` does."""
 
         def alive():
             if p.poll() is not None:

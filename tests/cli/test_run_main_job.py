@@ -100,6 +100,9 @@ def test_summary_is_printed_and_matches_the_event_files(main_run):
         values = [s.value for s in ea.Scalars("device/compute_gflops")]
         rates[d] = sum(values) / len(values)
         assert summary["devices"][d]["compute_gflops"] > 0
+        # the plan's memory beside the device's peak while training (its memory group's charge on the testbed)
+        assert summary["devices"][d]["predicted_memory_mib"] > 0 and summary["devices"][d]["peak_memory_mib"] > 0
+    assert "memory MiB: predicted -> peak while training" in stdout
     # the emulated speeds hold: jetson0 (0.35 cores) is faster than a pi (0.25 cores) both on the model's layers
     # (each timed alone, a robust median of a few runs) and on the whole step (timed on the devices that hold the
     # model; pi3's 192 MiB does not). Only the order is checked: 1.4x is expected, but one profile's figures move
@@ -108,8 +111,11 @@ def test_summary_is_printed_and_matches_the_event_files(main_run):
         profiled = {d["name"]: d for d in json.load(f)["devices"]}
     layers_ms = {d: sum(t["compute_ms"] for t in p["layers"]) for d, p in profiled.items()}
     assert min(layers_ms[d] for d in ("pi1", "pi2", "pi3")) > layers_ms["jetson0"] > 0, layers_ms
-    whole = {d: p["whole_step_ms"] for d, p in profiled.items()}
-    assert min(whole["pi1"], whole["pi2"]) > whole["jetson0"] > 0, whole
+    # (a pi whose budget does not hold its whole step beside what the layer timings left it holding is
+    # not timed whole: profiling/profiler.py's whole_steps_that_fit)
+    whole = {d: p["whole_step_ms"] for d, p in profiled.items() if p.get("whole_step_ms")}
+    assert "jetson0" in whole and len(whole) >= 2, whole
+    assert min(ms for d, ms in whole.items() if d != "jetson0") > whole["jetson0"] > 0, whole
     # and while training, jetson0 computes at least 1.2x as fast as the slowest device used (a split gives it
     # the larger share); the planner may train on jetson0 alone, and then there is no second rate to compare
     slowest = min(used, key=lambda d: rates[d])

@@ -22,3 +22,16 @@ def test_a_failed_export_says_why_and_where_the_trained_model_is():
     text = summary_text(dict(SUMMARY, initial_weights=None, export={"error": "export of x to y failed: disk full"}))
     assert "not exported: export of x to y failed: disk full (the trained model is in run/final_model)" in text
     assert "started from" not in text and "\nexported:" not in text
+
+
+def test_each_device_shows_its_predicted_memory_beside_its_peak_while_training():
+    devices = {"jetson0": {"group": "g0", "examples_per_sec": 90.0, "compute_gflops": 1.6, "utilisation": 1.0,
+                           "predicted_memory_mib": 200.0, "peak_memory_mib": 300.0},
+               "pi1": {"group": "g0", "examples_per_sec": 90.0, "compute_gflops": 1.0, "utilisation": 1.0,
+                       "predicted_memory_mib": 150.0},  # a real device: no peak read
+               "pi2": {"group": "g0", "examples_per_sec": 90.0, "compute_gflops": 1.0, "utilisation": 1.0}}
+    text = summary_text(dict(SUMMARY, devices=devices))
+    assert "memory MiB: predicted -> peak while training" in text
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith("  ") and "%" in line}
+    assert rows["jetson0"].endswith("200 -> 300 (x1.50)")
+    assert rows["pi1"].endswith("150 -> -") and rows["pi2"].endswith("%  -")

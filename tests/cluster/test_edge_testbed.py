@@ -72,6 +72,7 @@ def test_memory_budget_direct_routing_shared_medium():
         assert "gso_max_size %d " % netns.gso_max_bytes(MEDIUM_MBIT) in shown
         # Memory: the limit is recorded in the summary; within budget the device survives...
         assert summary["memory"] == "cgroup-v1"
+        group_of = lambda name: cgroup.MemoryGroup(os.path.basename(summary["devices"][name]["memory"]["cgroup"]))  # noqa: E731
         for name, budget in (("w0", 48), ("w1", 256)):
             mem = summary["devices"][name]["memory"]
             assert mem["budget_mib"] == budget and mem["idle_rss_mib"] > 100
@@ -80,8 +81,18 @@ def test_memory_budget_direct_routing_shared_medium():
             group = cgroup.MemoryGroup(os.path.basename(mem["cgroup"]))
             assert cluster.devices[name].pid in group.pids()
         assert summary["devices"]["ps0"]["memory"] is None
+        cluster.reset_memory_peaks()
+        assert cluster.memory_peaks()["w1"] < 64 << 20 and "ps0" not in cluster.memory_peaks()  # ps0: no budget
         assert _allocate(tf, cluster, "w1", 64) != 0  # 64 MiB of 256
         cluster.check()
+        assert cluster.memory_peaks()["w1"] >= 64 << 20  # the peak since the reset holds the tensor
+        # a fresh server in its place: a new process, idle in the same memory group, answering at the address
+        old_pid = cluster.devices["w1"].pid
+        cluster.fresh_servers(["w1"])
+        assert cluster.devices["w1"].pid != old_pid and not procs.alive(old_pid, None)
+        assert cluster.devices["w1"].pid in group_of("w1").pids() and old_pid not in group_of("w1").pids()
+        assert group_of("w1").read("memory.usage_in_bytes") < 32 << 20  # what the old server held went with it
+        assert _allocate(tf, cluster, "w1", 64) != 0
         # ...and past it the kernel kills its server; the error names the device and says why.
         with pytest.raises(tf.errors.OpError):
             _allocate(tf, cluster, "w0", 256, deadline_s=10)  # 256 MiB of 48: killed at once

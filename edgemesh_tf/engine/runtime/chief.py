@@ -18,7 +18,7 @@ import dataclasses
 import os
 import threading
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -60,11 +60,13 @@ class Chief:
                  exited_groups: Callable[[], dict] = dict, wait_groups: Callable[[float], None] = lambda t: None,
                  rejoin: Callable[[dict, float], list] = lambda lost, t: [],
                  before_start: Callable[[], None] = lambda: None,
-                 check_servers: Callable[[], None] = lambda: None):
+                 check_servers: Callable[[], None] = lambda: None,
+                 memory_peaks: Callable[[], Mapping[str, int]] = dict):
         self.cfg, self.target = cfg, target
         self.exited_groups, self.wait_groups, self.rejoin = exited_groups, wait_groups, rejoin
         self.before_start = before_start  # called once every group is ready, before the clock starts
         self.check_servers = check_servers  # raises RuntimeError naming a device whose server exited (the testbed's)
+        self.memory_peaks = memory_peaks  # {device: peak bytes since the clock started} where the testbed knows them
         self.stop_request = self.t0 = None  # why to stop (str); monotonic s training began
         self.elapsed_before = 0.0  # s trained before a resume (the Resume record's)
         self.phase = ""  # the phase on the board (the last WriteGlobal's): each tick's heartbeat carries it
@@ -255,7 +257,7 @@ class Chief:
                 final = dataclasses.replace(action.record, checkpoint=self._checkpoint)
             else:
                 self._act(sess, action)
-        final = dataclasses.replace(final, **self.report.end(final, final.groups, stop_t))
+        final = dataclasses.replace(final, **self.report.end(final, final.groups, stop_t, self.memory_peaks()))
         self.emit(final)
         return final
 

@@ -221,12 +221,19 @@ def run_job(cfg: JobConfig, cluster: ClusterFile, emulate: bool = True,
         if fast_setup and servers.testbed is not None:
             lift, restore = servers.testbed.lift_limits, servers.testbed.restore_limits
             lift()
+        testbed = servers.testbed
+
+        def before_start():  # the devices' memory peaks count from the clock's start: training, not set-up
+            restore()
+            if testbed is not None:
+                testbed.reset_memory_peaks()
         groups = GroupProcesses(cfg, launch, pool)
         rejoiner = Rejoiner(cfg, groups, servers.launch, servers.addresses)
         try:
             chief = Chief(cfg, servers.target, emit=emit, exited_groups=groups.exited, wait_groups=groups.wait,
-                          rejoin=rejoiner.tick, before_start=restore,
-                          check_servers=servers.testbed.check if servers.testbed is not None else lambda: None)
+                          rejoin=rejoiner.tick, before_start=before_start,
+                          check_servers=testbed.check if testbed is not None else lambda: None,
+                          memory_peaks=testbed.memory_peaks if testbed is not None else dict)
             with _stop_on_signals(chief), _stop_when_set(chief, stop):
                 final = chief.run()
         finally:  # the chief already waited for them to leave; a group still running now is stuck (or the chief failed)

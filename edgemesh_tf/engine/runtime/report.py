@@ -28,6 +28,8 @@ from edgemesh_tf.sync.schedule import PHASES
 from edgemesh_tf.summaries import layout_view
 from edgemesh_tf.summaries.writers import Writers
 
+MIB = 1 << 20
+
 CUSTOM_SCALARS = {
     "throughput per device": {"compute rate (GFLOP/s)": [r"device/compute_gflops"],
                               "utilisation (fraction of time computing)": [r"device/utilisation"],
@@ -131,9 +133,11 @@ class JobReport:
         self.tb.flush()
         self._last_t, self._last = now, {g: dict(t) for g, t in totals.items()}
 
-    def end(self, final: records.Final, totals: Mapping[str, Mapping], train_s: float) -> dict:
+    def end(self, final: records.Final, totals: Mapping[str, Mapping], train_s: float,
+            memory: Mapping[str, int] = {}) -> dict:
         """Per device and group figures of the whole run (added to the final record), the layout
-        with measured step times, and the hparams record."""
+        with measured step times and memory peaks (``memory``: {device: peak bytes above its idle
+        server while training}, where known; the profile's peaks otherwise), and the hparams record."""
         devices, groups, measured = {}, {}, {}
         for g, t in totals.items():
             busy = t["compute_s"] + t["pull_s"] + t["push_s"] + t["wait_s"]
@@ -148,6 +152,11 @@ class JobReport:
                                "utilisation": t["compute_s"] / train_s if train_s > 0 else 0.0,
                                "examples_per_sec": groups[r.group]["examples_per_sec"]}
             measured[r.name] = {"step_ms": groups[r.group]["iteration_ms"]}
+            predicted = self.cfg.device_info.get(r.name, {}).get("predicted_memory_mib")
+            if predicted is not None:
+                devices[r.name]["predicted_memory_mib"] = predicted
+            if r.name in memory:
+                measured[r.name]["memory_mib"] = devices[r.name]["peak_memory_mib"] = memory[r.name] / MIB
         self.layout(final.t, measured)
         sync = self.cfg.sync
         self.tb.hparams("total", {"strategy": sync.strategy, "layout": "; ".join(
