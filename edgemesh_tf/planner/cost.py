@@ -215,8 +215,8 @@ def fixed_memory_bytes(stats: ModelStats, k: int, ranks: Sequence[int] | None = 
     ``masters.ranks``; default: the devices in rank order), an engine replica's anchors and residuals
     included when the step is an engine replica's (``stats.engine``); the first device also hosts
     the group's session (``session_bytes``)."""
-    ranks = range(k) if ranks is None else ranks
-    fixed = [MEMORY.fixed_bytes(stats, k, replica=stats.engine, rank=r) for r in ranks]
+    by_rank = MEMORY.fixed_bytes_by_rank(stats, k, replica=stats.engine)
+    fixed = by_rank if ranks is None else [by_rank[r] for r in ranks]
     return [fixed[0] + session_bytes(stats, k)] + fixed[1:]
 
 

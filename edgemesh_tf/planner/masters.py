@@ -60,7 +60,7 @@ def master_devices(group: Sequence[DeviceProfile], stats: ModelStats) -> tuple[i
 def rank_bytes(stats: ModelStats, k: int) -> tuple[tuple[float, float], ...]:
     """Per rank (``ranks``) of a ``k``-device group: (bytes of every master it holds: weights, state
     and momentum; bytes of the weight and state ones alone, which it pushes, pulls and anchors)."""
-    return _rank_bytes(stats.tensor_bytes, tuple(t.kind == "momentum" for t in stats.tensors), k)
+    return _rank_bytes(stats.tensor_bytes, stats.momentum_mask, k)
 
 
 @functools.lru_cache(maxsize=256)

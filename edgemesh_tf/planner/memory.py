@@ -107,7 +107,18 @@ class MemoryModel:
         """Bytes the device of `rank` (``masters.ranks``) in a `k`-device group holds whatever its
         shares: the runtime, every layer's gathered input, the whole (master) tensors it holds;
         `replica`: also the engine's anchors and residuals."""
-        return int(self._bytes(stats, [0] * len(stats.dims), k, rank, replica))
+        return self.fixed_bytes_by_rank(stats, k, replica)[rank]
+
+    def fixed_bytes_by_rank(self, stats: ModelStats, k: int, replica: bool = False) -> list[int]:
+        """``fixed_bytes`` of each rank of a `k`-device group: the terms every device shares, once, and
+        each rank's masters (and a replica's copies)."""
+        shared = self._bytes(stats, [0] * len(stats.dims), k, 0, replica) - self._master_bytes(stats, k, 0, replica)
+        return [int(shared + self._master_bytes(stats, k, r, replica)) for r in range(k)]
+
+    def _master_bytes(self, stats: ModelStats, k: int, rank: int, replica: bool) -> float:
+        """The terms of the formula that depend on the device's rank: its masters, a replica's copies."""
+        whole = masters.rank_bytes(stats, k)[rank][0] if k > 1 else 0.0
+        return self.master_factor * whole + (self.replica_bytes(stats, k, rank) if replica else 0.0)
 
     def per_unit_bytes(self, dim: DimStats, batch: int) -> float:
         """Bytes one unit (filter, output unit) of `dim` adds on the device that holds it."""

@@ -82,6 +82,11 @@ class ModelStats:
         """``tensors``' bytes, in order (``masters.placed_ranks``' key)."""
         return tuple(t.nbytes for t in self.tensors)
 
+    @functools.cached_property
+    def momentum_mask(self) -> tuple[bool, ...]:
+        """Per tensor of ``tensors``: whether it is a momentum slot (``masters.rank_bytes``' key)."""
+        return tuple(t.kind == "momentum" for t in self.tensors)
+
     @property
     def param_bytes(self) -> int:
         """float32 bytes of all weights and state (what the parameter server holds)."""
