@@ -137,7 +137,7 @@ def _rounds(sync: SyncConfig, timings: Sequence[schedule.WorkerTiming], phase: s
     if sync.compression == "budget":
         return schedule.plan_rounds(timings, preset, sync.min_ratio, sync.push_budget if compress else None)
     h, ratios = schedule.plan_rounds_published(timings, preset, sync.compress_ratio,
-                                               compress=compress and sync.compression == "ashl")
+                                               compress=compress and uses_published_ratios(sync))
     if sync.compression == "fixed":
         ratios = {t.name: sync.ratio for t in timings}
     return h, ratios
@@ -156,6 +156,12 @@ def ashl_controls(sync: SyncConfig, timings: Sequence[schedule.WorkerTiming], ph
 def push_is_dense(sync: SyncConfig, ratio: float) -> bool:
     """Whether a push at top-k `ratio` goes dense: from ``sync.dense_from_ratio`` (<= 1) up."""
     return ratio >= sync.dense_from_ratio
+
+
+def uses_published_ratios(sync: SyncConfig) -> bool:
+    """Whether the rounds' top-k ratios come from ASHL's Algorithm 2 (compression "ashl"), which adds a
+    selection's time to a compressed round: the profiling rounds then time one."""
+    return sync.compression == "ashl"
 
 
 def push_wire_fraction(sync: SyncConfig, ratio: float) -> float:

@@ -400,7 +400,7 @@ class GroupRunner:
 
     def _times_selection(self) -> bool:
         """Whether the profiling rounds time a top-k selection: ASHL's published rule counts it."""
-        return self.g.select is not None and self.cfg.sync.compression == "ashl"
+        return self.g.select is not None and rules.uses_published_ratios(self.cfg.sync)
 
     def _time_selection(self, sess) -> float:
         """One top-k selection of this round's update at ASHL's preset ratio (s; 0 when not timed): the
