@@ -144,12 +144,12 @@ def profile_devices(spec: ModelSpec, batch: int, devices: Sequence[DeviceToProfi
     over them ({dim: shares}; None or {}: evenly, ``even_split_layout``). whole_beside_split: those
     of ``whole_step_devices`` whose whole steps are timed interleaved with the split step, step by
     step (their servers hold both graphs at once), so that the machine's drift between minutes does
-    not move the ratio of the two. whole_step_bytes: what a whole step needs (bytes, with headroom): a
-    device whose server still holds more of its budget than that leaves, after the layer timings (its
-    resident memory above idle, where its pid is known: allocators keep freed memory), is not timed
-    whole (``whole_steps_that_fit``), as the step could push it past its budget. testbed_limits: the emulated testbed, whose limits are lifted while
-    each layer, transfer and step graph sets up (its first run, ``_first_runs`` and ``layout_steps_ms``),
-    or None."""
+    not move the ratio of the two. whole_step_bytes: what a whole step needs (bytes, with its
+    headroom); a device whose budget does not hold that beside what its server still holds after the
+    layer timings (resident memory above idle, read where its pid is known: an allocator keeps what it
+    freed) is not timed whole (``whole_steps_that_fit``): the step could push it past its budget.
+    testbed_limits: the emulated testbed, whose limits are lifted while each layer, transfer and step
+    graph sets up (its first run, ``_first_runs`` and ``layout_steps_ms``), or None."""
     shapes = layer_shapes(spec, batch)
     idle_kb = {d.name: read_vm_kb(d.pid, "VmRSS") for d in devices if d.pid}
     graph = tf.Graph()
