@@ -42,7 +42,7 @@ from typing import Mapping, Sequence
 
 from edgemesh_tf.mesh.layout import even_split_layout
 from edgemesh_tf.layers import ModelSpec
-from edgemesh_tf.planner import cost
+from edgemesh_tf.planner import cost, masters
 from edgemesh_tf.planner.predict import predict
 from edgemesh_tf.planner.model_stats import ModelStats, model_stats
 from edgemesh_tf.profiling.types import LayerTiming, Profile
@@ -68,12 +68,11 @@ def plain_memory_bytes(stats: ModelStats, held, ranks: Sequence[int] | None = No
     return [cost.MEMORY.device_bytes(stats, h, len(held), rank=r) for h, r in zip(held, ranks)]
 
 
-def _ranks(group: Sequence[str], budgets: Mapping[str, int]) -> list[int]:
+def _ranks(group: Sequence[str], budgets: Mapping[str, int]) -> tuple[int, ...]:
     """Each device's rank in ``group`` by its place in ``budgets`` (the cluster file's order, which
     numbers the workers' TF tasks)."""
-    order = list(budgets)
-    by_place = sorted(range(len(group)), key=lambda i: order.index(group[i]))
-    return [by_place.index(i) for i in range(len(group))]
+    place = {n: i for i, n in enumerate(budgets)}
+    return masters.ranks_of([place[n] for n in group])
 
 
 def _fits(need: int, budget: int, spec: ModelSpec) -> bool:

@@ -220,6 +220,11 @@ def fixed_memory_bytes(stats: ModelStats, k: int, ranks: Sequence[int] | None = 
     return [fixed[0] + session_bytes(stats, k)] + fixed[1:]
 
 
+def group_fixed_memory_bytes(stats: ModelStats, group: Sequence[DeviceProfile]) -> list[int]:
+    """``fixed_memory_bytes`` of ``group``'s devices, each at its rank (``masters.ranks``)."""
+    return fixed_memory_bytes(stats, len(group), masters.ranks(group))
+
+
 def session_bytes(stats: ModelStats, k: int = 1) -> int:
     """Bytes the session of a ``k``-device group's step adds to the group's first device: an engine
     replica's group process opens it there; a plain layout's is the chief's (`edgemesh train

@@ -38,8 +38,8 @@ import math
 from typing import Callable, Sequence
 
 from edgemesh_tf.mesh.layout import Layout
-from edgemesh_tf.planner import masters, media
-from edgemesh_tf.planner.cost import (GroupPrediction, LayerCoeffs, Shares, check_group, fixed_memory_bytes,
+from edgemesh_tf.planner import media
+from edgemesh_tf.planner.cost import (GroupPrediction, LayerCoeffs, Shares, check_group, group_fixed_memory_bytes,
                                       layer_coeffs)
 from edgemesh_tf.planner.model_stats import ModelStats
 from edgemesh_tf.planner.predict import predict
@@ -366,7 +366,7 @@ def _pack_memory(group, stats, coeffs, quanta) -> list[Shares]:
 
 def _check_memory_floor(group, stats, coeffs, quanta) -> None:
     """PlanError if a device is over budget even holding one quantum of every splittable layer."""
-    for d, fixed in zip(group, fixed_memory_bytes(stats, len(group), masters.ranks(group))):
+    for d, fixed in zip(group, group_fixed_memory_bytes(stats, group)):
         floor = fixed + sum(co.mem_per_unit * (q or co.units) for co, q in zip(coeffs, quanta))
         if floor > d.memory_bytes:
             raise PlanError("device %s: needs at least %d bytes (the fewest filters it can hold in a group of %d) but "

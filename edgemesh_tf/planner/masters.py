@@ -45,8 +45,13 @@ def placed_ranks(nbytes: tuple[int, ...], k: int) -> tuple[int, ...]:
 def ranks(group: Sequence[DeviceProfile]) -> tuple[int, ...]:
     """Each device's rank in ``group``: its position among the group's TF device strings, sorted (the
     order ``BalancedVariablePlacer`` breaks ties in)."""
-    out = [0] * len(group)
-    for rank, i in enumerate(sorted(range(len(group)), key=lambda i: group[i].device)):
+    return ranks_of([d.device for d in group])
+
+
+def ranks_of(keys: Sequence) -> tuple[int, ...]:
+    """Each key's position among ``keys`` sorted (ties in order)."""
+    out = [0] * len(keys)
+    for rank, i in enumerate(sorted(range(len(keys)), key=lambda i: keys[i])):
         out[i] = rank
     return tuple(out)
 

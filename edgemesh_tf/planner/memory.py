@@ -117,8 +117,8 @@ class MemoryModel:
 
     def _master_bytes(self, stats: ModelStats, k: int, rank: int, replica: bool) -> float:
         """The terms of the formula that depend on the device's rank: its masters, a replica's copies."""
-        whole = masters.rank_bytes(stats, k)[rank][0] if k > 1 else 0.0
-        return self.master_factor * whole + (self.replica_bytes(stats, k, rank) if replica else 0.0)
+        return (self.master_factor * master_bytes_held(stats, k, rank)
+                + (self.replica_bytes(stats, k, rank) if replica else 0.0))
 
     def per_unit_bytes(self, dim: DimStats, batch: int) -> float:
         """Bytes one unit (filter, output unit) of `dim` adds on the device that holds it."""
@@ -151,10 +151,16 @@ def features(stats: ModelStats, held: Sequence[int], k: int = 1, rank: int = 0
     """(1, weight bytes held, master bytes held, activation bytes held): the terms the coefficients
     multiply, for the device of `rank` (``masters.ranks``) in a `k`-device group."""
     weights = FLOAT_BYTES * sum(d.params_per_unit * h for d, h in zip(stats.dims, held))
-    whole = masters.rank_bytes(stats, k)[rank][0] if k > 1 else 0.0
+    whole = master_bytes_held(stats, k, rank)
     acts = stats.batch * (stats.image_bytes + sum(d.in_bytes for d in stats.dims)
                           + sum(d.act_bytes * h / d.units for d, h in zip(stats.dims, held)))
     return 1.0, float(weights), float(whole), float(acts)
+
+
+def master_bytes_held(stats: ModelStats, k: int, rank: int) -> float:
+    """M_i: bytes of the whole (master) tensors the device of `rank` holds in a `k`-device group (0 in a
+    group of one, whose slices are its masters)."""
+    return masters.rank_bytes(stats, k)[rank][0] if k > 1 else 0.0
 
 
 Point = tuple[ModelStats, Sequence[int], int, int, float]

@@ -30,8 +30,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from edgemesh_tf.mesh.layout import even_split
-from edgemesh_tf.planner import masters
-from edgemesh_tf.planner.cost import LayerCoeffs, Shares, fixed_memory_bytes
+from edgemesh_tf.planner.cost import LayerCoeffs, Shares, group_fixed_memory_bytes
 from edgemesh_tf.planner.model_stats import ModelStats
 from edgemesh_tf.planner.simulate import simulate_share_arrays, simulate_step_ms, simulate_steps_ms
 from edgemesh_tf.profiling.types import DeviceProfile
@@ -46,7 +45,7 @@ def memory_bytes(stats: ModelStats, coeffs: Sequence[LayerCoeffs], shares: Seque
     """Predicted bytes per device of ``group`` under a division (``cost``'s memory formula); ``fixed``:
     the group's ``fixed_memory_bytes`` if already known."""
     k = len(group)
-    mem = list(fixed_memory_bytes(stats, k, masters.ranks(group)) if fixed is None else fixed)
+    mem = list(group_fixed_memory_bytes(stats, group) if fixed is None else fixed)
     for s, co in zip(shares, coeffs):
         if s is None:
             for i in range(k):
@@ -66,7 +65,7 @@ class _Search:
         # pass over the single moves asks it of every replicated layer again
         self.split = functools.cache(split)
         self.k = len(group)
-        self.fixed = fixed_memory_bytes(stats, self.k, masters.ranks(group))
+        self.fixed = group_fixed_memory_bytes(stats, group)
         self.budget = [d.memory_bytes for d in group]
         names = [d.name for d in stats.dims]
         self._one = lambda sh: simulate_step_ms(group, stats, dict(zip(names, sh)), profile_batch, coeffs)

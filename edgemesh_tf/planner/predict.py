@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from edgemesh_tf.planner import cost, masters
+from edgemesh_tf.planner import cost
 from edgemesh_tf.planner.model_stats import DimStats, ModelStats
 from edgemesh_tf.planner.simulate import simulate_step_ms
 from edgemesh_tf.profiling.types import DeviceProfile
@@ -36,7 +36,7 @@ def predict(group: Sequence[DeviceProfile], stats: ModelStats, assignment: Mappi
         raise ValueError("assignment names unknown dim(s) %s; the model's dims are %s"
                          % (sorted(unknown), [d.name for d in stats.dims]))
     k = len(group)
-    compute, comm, memory = [0.0] * k, [0.0] * k, cost.fixed_memory_bytes(stats, k, masters.ranks(group))
+    compute, comm, memory = [0.0] * k, [0.0] * k, cost.group_fixed_memory_bytes(stats, group)
     if coeffs is None:
         coeffs = [cost.layer_coeffs(group, dim, stats.batch, profile_batch or stats.batch) for dim in stats.dims]
     layers, previous = [], (None, 0)
